@@ -1,0 +1,99 @@
+package checkpoint
+
+import (
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Action is what the relay does at start with its slot.
+type Action int
+
+const (
+	// Resume streams from the existing slot.
+	Resume Action = iota
+	// Bootstrap creates the slot and first publishes the rows already in
+	// the table, from the slot's snapshot.
+	Bootstrap
+	// RedoBootstrap drops a slot whose initial publish never finished
+	// (nothing was streamed from it yet) and bootstraps again.
+	RedoBootstrap
+	// Adopt streams from a slot the relay did not create, records it, and
+	// warns that rows older than the slot are not published.
+	Adopt
+)
+
+func (a Action) String() string {
+	return [...]string{"resume", "bootstrap", "redo-bootstrap", "adopt"}[a]
+}
+
+// SlotState is what the relay knows about its slot at start.
+type SlotState struct {
+	Name        string
+	Exists      bool
+	Confirmed   pglogrepl.LSN // the slot's confirmed_flush_lsn
+	Lost        bool          // wal_status = lost
+	Record      Record
+	StreamCount uint64 // messages of this relay already in the stream
+}
+
+// GapError means events may be missing from the stream: the relay refuses
+// to go on silently and says how to reconcile.
+type GapError struct {
+	What string
+	Fix  string
+}
+
+func (e *GapError) Error() string { return e.What + ": " + e.Fix }
+
+const reconcileFix = "run `outbox-relay verify --republish` to publish the committed rows the stream lacks, then start the relay with --recreate-slot"
+
+// Decide chooses the start-up action, or returns a *GapError when the slot
+// cannot be trusted to hold every event the stream still lacks.
+func Decide(s SlotState) (Action, error) {
+	r := s.Record
+	switch {
+	case s.Exists && s.Lost:
+		return 0, &GapError{
+			What: fmt.Sprintf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed, so events committed after %s may never reach the stream", s.Name, s.Confirmed),
+			Fix:  reconcileFix,
+		}
+	case !s.Exists && !r.Exists:
+		if s.StreamCount > 0 {
+			return 0, &GapError{
+				What: fmt.Sprintf("the stream holds %d messages from an outbox relay, but there is no replication slot %q and no record of one: starting a new slot now would skip whatever was committed in between", s.StreamCount, s.Name),
+				Fix:  reconcileFix,
+			}
+		}
+		return Bootstrap, nil
+	case !s.Exists && r.Exists && !r.Bootstrapped:
+		return RedoBootstrap, nil
+	case !s.Exists:
+		return 0, &GapError{
+			What: fmt.Sprintf("replication slot %q was dropped after the relay streamed from it (it had confirmed up to %s): WAL written since was never decoded", s.Name, r.Limit),
+			Fix:  reconcileFix,
+		}
+	case !r.Exists:
+		if s.StreamCount > 0 {
+			return 0, &GapError{
+				What: fmt.Sprintf("replication slot %q exists but the relay has no record of it, and the stream already holds %d messages: the slot may have been recreated after events were published", s.Name, s.StreamCount),
+				Fix:  reconcileFix,
+			}
+		}
+		return Adopt, nil
+	case !r.Bootstrapped:
+		if s.Confirmed == r.CreatedLSN {
+			return RedoBootstrap, nil
+		}
+		return 0, &GapError{
+			What: fmt.Sprintf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN),
+			Fix:  reconcileFix,
+		}
+	case s.Confirmed > r.Limit:
+		return 0, &GapError{
+			What: fmt.Sprintf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit),
+			Fix:  reconcileFix,
+		}
+	}
+	return Resume, nil
+}

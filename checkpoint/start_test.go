@@ -1,0 +1,48 @@
+package checkpoint
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecide(t *testing.T) {
+	rec := func(created, limit uint64, boot bool) Record {
+		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(limit), Bootstrapped: boot}
+	}
+	cases := []struct {
+		name  string
+		state SlotState
+		want  Action
+		gap   string // substring of the GapError, "" when no error
+	}{
+		{"first start", SlotState{}, Bootstrap, ""},
+		{"first start but stream has events", SlotState{StreamCount: 5}, 0, "no record of one"},
+		{"normal restart", SlotState{Exists: true, Confirmed: lsn(0x200), Record: rec(0x100, 0x300, true)}, Resume, ""},
+		{"slot exactly at the limit", SlotState{Exists: true, Confirmed: lsn(0x300), Record: rec(0x100, 0x300, true)}, Resume, ""},
+		{"slot beyond the limit (recreated)", SlotState{Exists: true, Confirmed: lsn(0x900), Record: rec(0x100, 0x300, true)}, 0, "beyond anything"},
+		{"slot dropped", SlotState{Record: rec(0x100, 0x300, true)}, 0, "was dropped"},
+		{"slot dropped during bootstrap", SlotState{Record: rec(0x100, 0x100, false)}, RedoBootstrap, ""},
+		{"crash during bootstrap", SlotState{Exists: true, Confirmed: lsn(0x100), Record: rec(0x100, 0x100, false)}, RedoBootstrap, ""},
+		{"bootstrap unfinished but slot moved", SlotState{Exists: true, Confirmed: lsn(0x180), Record: rec(0x100, 0x100, false)}, 0, "never finished"},
+		{"slot made by an operator, empty stream", SlotState{Exists: true, Confirmed: lsn(0x100)}, Adopt, ""},
+		{"unknown slot, stream has events", SlotState{Exists: true, Confirmed: lsn(0x100), StreamCount: 3}, 0, "no record of it"},
+		{"invalidated slot", SlotState{Exists: true, Lost: true, Record: rec(0x100, 0x300, true)}, 0, "invalidated"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.state.Name = "outbox_relay"
+			got, err := Decide(tc.state)
+			if tc.gap == "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("Decide = %v, %v; want %v", got, err, tc.want)
+				}
+				return
+			}
+			var gap *GapError
+			if !errors.As(err, &gap) || !strings.Contains(gap.What, tc.gap) || gap.Fix == "" {
+				t.Fatalf("Decide error = %v; want a GapError about %q with a fix", err, tc.gap)
+			}
+		})
+	}
+}

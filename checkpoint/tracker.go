@@ -1,0 +1,111 @@
+// Package checkpoint decides which WAL position is safe to confirm to
+// Postgres, and keeps the relay's record of its slot.
+//
+// The rule it enforces is the relay's core promise: the flush LSN sent to
+// Postgres never passes an event whose publish JetStream has not
+// acknowledged. A Tracker sees, in WAL order, every event handed to the
+// sink (with the sink's sequence number for it) and every point where
+// confirming would be safe once everything before it is acknowledged: the
+// end of a transaction, or a keepalive received outside any transaction.
+// Given how far the sink's acknowledgements reach, it returns the newest
+// such point.
+package checkpoint
+
+import (
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Tracker is the LSN bookkeeping of one relay process. It is not safe for
+// concurrent use: the replication goroutine owns it.
+type Tracker struct {
+	last      decode.Position // newest event handed to the sink
+	hasLast   bool
+	lastSeq   uint64 // the sink's sequence number for it
+	marks     []mark // pending confirmable points, oldest first
+	head      int    // marks[:head] are consumed
+	flushed   pglogrepl.LSN
+	committed pglogrepl.LSN // newest confirmable end of a transaction
+}
+
+// mark is a position that becomes confirmable once the sink has
+// acknowledged every sequence number up to and including seq.
+type mark struct {
+	seq    uint64
+	lsn    pglogrepl.LSN
+	commit bool // the end of a transaction, not a keepalive
+}
+
+// NewTracker returns a Tracker that starts confirming at flushed (the
+// slot's confirmed_flush_lsn).
+func NewTracker(flushed pglogrepl.LSN) *Tracker {
+	return &Tracker{flushed: flushed}
+}
+
+// Resume makes the Tracker skip events at or before pos: they are in the
+// stream already.
+func (t *Tracker) Resume(pos decode.Position) {
+	t.last, t.hasLast = pos, true
+}
+
+// Seen reports whether the event at pos was already handed to the sink, or
+// was in the stream when the relay started. Postgres replays transactions
+// after a reconnect; those events must not be published twice.
+func (t *Tracker) Seen(pos decode.Position) bool { return t.hasLast && !t.last.Less(pos) }
+
+// Handed records that the event at pos went to the sink as sequence seq.
+// Sequence numbers grow by one for each event, starting at 1.
+func (t *Tracker) Handed(pos decode.Position, seq uint64) {
+	t.last, t.hasLast, t.lastSeq = pos, true, seq
+}
+
+// Last returns the position of the newest event handed to the sink.
+func (t *Tracker) Last() decode.Position { return t.last }
+
+// Commit records that every event of the transaction ending at end has been
+// handed to the sink.
+func (t *Tracker) Commit(end pglogrepl.LSN) { t.mark(end, true) }
+
+// Idle records a keepalive's WAL end received while no transaction was
+// open: everything the server sent before it has been handed over, so it
+// is confirmable once those events are acknowledged. This is what keeps
+// the slot moving while the outbox is idle and other tables are busy.
+func (t *Tracker) Idle(walEnd pglogrepl.LSN) { t.mark(walEnd, false) }
+
+func (t *Tracker) mark(lsn pglogrepl.LSN, commit bool) {
+	if n := len(t.marks); n > t.head && t.marks[n-1].seq == t.lastSeq {
+		// Nothing was handed over since the previous mark: it moves forward
+		// instead of queueing, so marks stay bounded by events in flight.
+		if m := &t.marks[n-1]; lsn > m.lsn {
+			m.lsn = lsn
+			m.commit = m.commit || commit
+		}
+		return
+	}
+	if t.head > 0 && t.head == len(t.marks) {
+		t.marks, t.head = t.marks[:0], 0
+	}
+	t.marks = append(t.marks, mark{seq: t.lastSeq, lsn: lsn, commit: commit})
+}
+
+// Flushed returns the newest LSN that is safe to confirm when the sink has
+// acknowledged every sequence number up to ackedThrough.
+func (t *Tracker) Flushed(ackedThrough uint64) pglogrepl.LSN {
+	for t.head < len(t.marks) && t.marks[t.head].seq <= ackedThrough {
+		m := t.marks[t.head]
+		t.flushed = max(t.flushed, m.lsn)
+		if m.commit {
+			t.committed = max(t.committed, m.lsn)
+		}
+		t.head++
+	}
+	return t.flushed
+}
+
+// Committed returns the newest confirmable position that ends a
+// transaction (as opposed to a keepalive), as of the last Flushed call.
+func (t *Tracker) Committed() pglogrepl.LSN { return t.committed }
+
+// Pending returns how many confirmable points wait for acknowledgements.
+func (t *Tracker) Pending() int { return len(t.marks) - t.head }

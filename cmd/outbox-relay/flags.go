@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Flag groups shared by the commands. Every flag has an environment
+// variable; the names are a contract users' scripts rely on.
+
+type logFlags struct {
+	LogLevel  string `name:"log-level" env:"OUTBOX_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn, error."`
+	LogFormat string `name:"log-format" env:"OUTBOX_LOG_FORMAT" default:"auto" enum:"auto,json,console" help:"Log format: json, console, or auto (console on a terminal, json otherwise)."`
+}
+
+func (f logFlags) logger() zerolog.Logger {
+	level, err := zerolog.ParseLevel(f.LogLevel)
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	var log zerolog.Logger
+	console := f.LogFormat == "console" || (f.LogFormat == "auto" && isatty.IsTerminal(os.Stderr.Fd()))
+	if console {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(level).With().Timestamp().Logger()
+}
+
+type pgFlags struct {
+	PGURL string `name:"pg-url" env:"OUTBOX_PG_URL" help:"Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
+}
+
+type natsFlags struct {
+	NATSURL   string `name:"nats-url" env:"OUTBOX_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URLs, comma-separated."`
+	NATSCreds string `name:"nats-creds" env:"OUTBOX_NATS_CREDS" help:"NATS credentials file (JWT and NKey seed)."`
+	NATSNKey  string `name:"nats-nkey" env:"OUTBOX_NATS_NKEY" help:"NATS NKey seed file."`
+	NATSCA    string `name:"nats-ca" env:"OUTBOX_NATS_CA" help:"CA certificate file to verify the NATS servers (TLS)."`
+	NATSCert  string `name:"nats-cert" env:"OUTBOX_NATS_CERT" help:"Client certificate file for NATS mutual TLS."`
+	NATSKey   string `name:"nats-key" env:"OUTBOX_NATS_KEY" help:"Client key file for NATS mutual TLS."`
+}
+
+type nameFlags struct {
+	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"outbox_relay" help:"Logical replication slot (created on first start)."`
+	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"outbox_pub" help:"Publication that contains the outbox table."`
+	Table             string        `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
+	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"OUTBOX" help:"JetStream stream (created when missing)."`
+	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"outbox.{aggregate_type}.{event_type}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token."`
+	DeadLetterSubject string        `name:"dead-letter-subject" env:"OUTBOX_DEAD_LETTER_SUBJECT" default:"outbox_dead_letter" help:"Subject for events that can never be published as they are."`
+	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"2m" help:"Dedup window of a stream the relay creates."`
+}
+
+// names is nameFlags parsed and validated.
+type names struct {
+	slot, publication string
+	table             decode.Table
+	stream            string
+	subject           sink.Template
+	deadLetter        string
+	duplicateWindow   time.Duration
+}
+
+func (f nameFlags) parse() (names, error) {
+	n := names{slot: f.Slot, publication: f.Publication, stream: f.Stream, deadLetter: f.DeadLetterSubject, duplicateWindow: f.DuplicateWindow}
+	var err error
+	if err = replication.CheckName("slot", f.Slot); err != nil {
+		return n, fmt.Errorf("--slot: %w", err)
+	}
+	if err = replication.CheckName("publication", f.Publication); err != nil {
+		return n, fmt.Errorf("--publication: %w", err)
+	}
+	if n.table, err = decode.ParseTable(f.Table); err != nil {
+		return n, fmt.Errorf("--table: %w", err)
+	}
+	if n.subject, err = sink.ParseTemplate(f.Subject); err != nil {
+		return n, fmt.Errorf("--subject: %w", err)
+	}
+	if err = sink.CheckSubject(f.DeadLetterSubject); err != nil {
+		return n, fmt.Errorf("--dead-letter-subject: %w", err)
+	}
+	if sink.Covers(n.subject.Filter(), f.DeadLetterSubject) {
+		return n, fmt.Errorf("--dead-letter-subject %q matches the event subjects %q: choose a subject outside them", f.DeadLetterSubject, n.subject.Filter())
+	}
+	if f.DuplicateWindow < 100*time.Millisecond {
+		return n, fmt.Errorf("--duplicate-window %s: JetStream needs at least 100ms", f.DuplicateWindow)
+	}
+	return n, nil
+}

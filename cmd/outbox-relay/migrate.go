@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+type migrateCmd struct {
+	pgFlags     `embed:""`
+	Table       string `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
+	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"outbox_pub" help:"Publication to create for the table."`
+	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password) and grant it what the relay needs."`
+}
+
+func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
+	table, err := decode.ParseTable(c.Table)
+	if err != nil {
+		return fmt.Errorf("--table: %w", err)
+	}
+	if err := replication.CheckName("publication", c.Publication); err != nil {
+		return fmt.Errorf("--publication: %w", err)
+	}
+	poolCfg, _, err := replication.ParseConnString(c.PGURL)
+	if err != nil {
+		return err
+	}
+	names := migrations.Names{Table: table, Publication: c.Publication}
+	applied, err := migrations.Apply(ctx, poolCfg.ConnConfig, names)
+	if err != nil {
+		return err
+	}
+	for _, a := range applied {
+		log.Info().Str("migration", a).Msg("applied")
+	}
+	if len(applied) == 0 {
+		log.Info().Msg("database already up to date")
+	}
+	if c.RelayRole != "" {
+		if err := replication.CheckName("role", c.RelayRole); err != nil {
+			return fmt.Errorf("--relay-role: %w", err)
+		}
+		if err := migrations.GrantRole(ctx, poolCfg.ConnConfig, names, c.RelayRole); err != nil {
+			return err
+		}
+		log.Info().Str("role", c.RelayRole).Msg("role ready: set its password (ALTER ROLE ... PASSWORD) and allow it in pg_hba.conf for this database")
+	}
+	return nil
+}

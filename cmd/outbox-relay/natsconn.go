@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+var natsUserinfo = regexp.MustCompile(`(://)[^@/\s,]*@`)
+
+// redactNATS hides user:password in NATS URLs.
+func redactNATS(s string) string { return natsUserinfo.ReplaceAllString(s, "${1}REDACTED@") }
+
+// connectNATS connects with the options a long-running relay needs:
+// reconnect forever with capped, jittered backoff; no reconnect buffer, so
+// nothing is published behind the relay's back after a reconnect; pings
+// frequent enough to notice a dead connection in seconds.
+func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			d := min(100*time.Millisecond<<min(attempts, 6), 5*time.Second)
+			return d/2 + rand.N(d/2+1)
+		}),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.FlusherTimeout(10 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("server", redactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
+		}),
+	}
+	if f.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(f.NATSCreds))
+	}
+	if f.NATSNKey != "" {
+		opt, err := nats.NkeyOptionFromSeed(f.NATSNKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if f.NATSCA != "" {
+		opts = append(opts, nats.RootCAs(f.NATSCA))
+	}
+	if f.NATSCert != "" || f.NATSKey != "" {
+		opts = append(opts, nats.ClientCert(f.NATSCert, f.NATSKey))
+	}
+	nc, err := nats.Connect(f.NATSURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATS(f.NATSURL), err)
+	}
+	return nc, nil
+}
+
+// waitConnected waits until nc is connected or ctx ends, logging the wait.
+func waitConnected(ctx context.Context, nc *nats.Conn, url string, log zerolog.Logger) error {
+	if nc.IsConnected() {
+		return nil
+	}
+	log.Warn().Str("nats_url", redactNATS(url)).Msg("NATS is not reachable yet; waiting (the relay retries forever)")
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// pipeline joins the replication stream to the sink and the checkpoint:
+// it skips events already handed over (Postgres replays after a
+// reconnect), numbers the rest through the publisher, and answers "what is
+// safe to confirm" from the publisher's acknowledgements.
+type pipeline struct {
+	pub     *sink.Publisher
+	tracker *checkpoint.Tracker
+	ledger  *checkpoint.Ledger
+	skipped prometheus.Counter
+}
+
+func (p *pipeline) Event(ev *decode.Event) bool {
+	if p.tracker.Seen(ev.Position) {
+		p.skipped.Inc()
+		return true
+	}
+	seq, ok := p.pub.Offer(ev)
+	if !ok {
+		return false
+	}
+	p.tracker.Handed(ev.Position, seq)
+	return true
+}
+
+func (p *pipeline) Room() <-chan struct{} { return p.pub.Room() }
+
+func (p *pipeline) Commit(end pglogrepl.LSN) { p.tracker.Commit(end) }
+
+func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
+
+func (p *pipeline) Flushed(ctx context.Context, final bool) pglogrepl.LSN {
+	flushed := p.tracker.Flushed(p.pub.AckedThrough())
+	urgency := checkpoint.Routine
+	switch {
+	case final:
+		urgency = checkpoint.Final
+	case p.tracker.Committed() > p.ledger.Limit():
+		urgency = checkpoint.EventsWaiting
+	}
+	return p.ledger.Confirmable(ctx, flushed, urgency)
+}
+
+func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }
+
+// offer hands ev over, waiting for room; used for the rows published at
+// the slot's creation, before streaming starts.
+func (p *pipeline) offer(ctx context.Context, ev *decode.Event) error {
+	for !p.Event(ev) {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-p.Room():
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+type runCmd struct {
+	pgFlags   `embed:""`
+	natsFlags `embed:""`
+	nameFlags `embed:""`
+	relayFlags `embed:""`
+}
+
+// relayFlags tune the running relay.
+type relayFlags struct {
+	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"1024" help:"Most events awaiting a PubAck at once."`
+	WindowBytes    int           `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"67108864" help:"Most payload bytes awaiting PubAcks at once."`
+	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"5s" help:"How long a PubAck may take before the event is republished."`
+	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"10s" help:"Longest time between status updates to Postgres; keep it under wal_sender_timeout/2."`
+	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"10s" help:"How long shutdown waits for in-flight publishes."`
+	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+}
+
+func (f relayFlags) validate() error {
+	switch {
+	case f.Window < 1 || f.Window > 1<<16:
+		return fmt.Errorf("--window %d: use 1 to 65536", f.Window)
+	case f.WindowBytes < 1<<20:
+		return fmt.Errorf("--window-bytes %d: use at least 1 MiB", f.WindowBytes)
+	case f.AckTimeout < 100*time.Millisecond:
+		return fmt.Errorf("--ack-timeout %s: use at least 100ms", f.AckTimeout)
+	case f.StatusInterval < 100*time.Millisecond:
+		return fmt.Errorf("--status-interval %s: use at least 100ms", f.StatusInterval)
+	case f.DrainTimeout < 0:
+		return fmt.Errorf("--drain-timeout %s: must not be negative", f.DrainTimeout)
+	}
+	return nil
+}
+
+func (c *runCmd) config() (relayConfig, error) {
+	n, err := c.nameFlags.parse()
+	if err != nil {
+		return relayConfig{}, err
+	}
+	if err := c.relayFlags.validate(); err != nil {
+		return relayConfig{}, err
+	}
+	return relayConfig{
+		pgURL:          c.PGURL,
+		nats:           c.natsFlags,
+		names:          n,
+		window:         c.Window,
+		windowBytes:    c.WindowBytes,
+		ackTimeout:     c.AckTimeout,
+		statusInterval: c.StatusInterval,
+		drainTimeout:   c.DrainTimeout,
+		metricsAddr:    c.MetricsAddr,
+	}, nil
+}
+
+func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
+	if err := runRelay(ctx, cfg, log, prometheus.NewRegistry()); err != nil {
+		return err
+	}
+	log.Info().Msg("stopped")
+	return nil
+}

@@ -1,0 +1,163 @@
+package decode
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Table names the outbox table. Both parts are plain lower-case SQL
+// identifiers, so the name means the same thing quoted and unquoted.
+type Table struct {
+	Schema string
+	Name   string
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ParseTable parses "schema.table" or "table" (schema public).
+func ParseTable(s string) (Table, error) {
+	schema, name, found := strings.Cut(s, ".")
+	if !found {
+		schema, name = "public", s
+	}
+	if !identRE.MatchString(schema) || !identRE.MatchString(name) {
+		return Table{}, fmt.Errorf("table %q: want schema.table made of lower-case letters, digits and underscores (for example public.outbox_events)", s)
+	}
+	return Table{Schema: schema, Name: name}, nil
+}
+
+// String returns schema.table.
+func (t Table) String() string { return t.Schema + "." + t.Name }
+
+// Quoted returns "schema"."table" for use in SQL text.
+func (t Table) Quoted() string { return `"` + t.Schema + `"."` + t.Name + `"` }
+
+// Position orders events: the commit LSN of their transaction, then their
+// index among that transaction's outbox inserts. Transactions reach the
+// relay in commit order and commit LSNs grow, so positions grow strictly in
+// the order events must be published. Rows published from the table at the
+// slot's creation (before any streamed transaction) have CommitLSN 0.
+type Position struct {
+	CommitLSN pglogrepl.LSN
+	Index     uint32
+}
+
+// Less reports whether p comes before q.
+func (p Position) Less(q Position) bool {
+	if p.CommitLSN != q.CommitLSN {
+		return p.CommitLSN < q.CommitLSN
+	}
+	return p.Index < q.Index
+}
+
+func (p Position) String() string { return fmt.Sprintf("%s#%d", p.CommitLSN, p.Index) }
+
+// Event is one outbox row of a committed transaction.
+//
+// The strings and Payload share one allocation that the Event owns: it
+// never aliases the replication receive buffer.
+type Event struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload is the payload column's text (JSON for json/jsonb), or the raw
+	// bytes of a bytea column.
+	Payload []byte
+	// CreatedAt is created_at in RFC 3339, UTC; empty when the table has no
+	// created_at column.
+	CreatedAt string
+	Position  Position
+	// Problem says why the row cannot be published as an ordinary message
+	// (a NULL column, an id that cannot be a Nats-Msg-Id); empty when it can.
+	Problem string
+}
+
+// Fields holds one row's column values as text, the way both the WAL and a
+// SELECT deliver them. A nil slice is SQL NULL; an empty string is a
+// non-nil empty slice.
+type Fields struct {
+	ID, AggregateType, AggregateID, EventType, Payload, CreatedAt []byte
+	// PayloadIsBytea says Payload is bytea text output (\x followed by hex).
+	PayloadIsBytea bool
+	// HasCreatedAt says the table has a created_at column.
+	HasCreatedAt bool
+}
+
+// NewEvent builds an Event from column text, copying it into one buffer.
+// Values that make the row unpublishable are reported in Event.Problem.
+func NewEvent(f Fields, pos Position) Event {
+	ev := Event{Position: pos}
+	var problems []string
+	need := func(name string, v []byte) []byte {
+		if v == nil {
+			problems = append(problems, name+" is NULL")
+		}
+		return v
+	}
+	id := need("id", f.ID)
+	at := need("aggregate_type", f.AggregateType)
+	aid := need("aggregate_id", f.AggregateID)
+	et := need("event_type", f.EventType)
+	payload := need("payload", f.Payload)
+	var created []byte
+	if f.HasCreatedAt && f.CreatedAt != nil {
+		created = formatTimestamp(f.CreatedAt)
+	}
+	if f.PayloadIsBytea && payload != nil {
+		decoded, err := decodeByteaHex(payload)
+		if err != nil {
+			problems = append(problems, "payload: "+err.Error())
+		}
+		payload = decoded
+	}
+	if id != nil {
+		if problem := CheckID(id); problem != "" {
+			problems = append(problems, problem)
+		}
+	}
+
+	buf := make([]byte, 0, len(id)+len(at)+len(aid)+len(et)+len(created)+len(payload))
+	ev.ID, buf = appendString(buf, id)
+	ev.AggregateType, buf = appendString(buf, at)
+	ev.AggregateID, buf = appendString(buf, aid)
+	ev.EventType, buf = appendString(buf, et)
+	ev.CreatedAt, buf = appendString(buf, created)
+	start := len(buf)
+	buf = append(buf, payload...)
+	ev.Payload = buf[start:len(buf):len(buf)]
+	if len(problems) > 0 {
+		ev.Problem = strings.Join(problems, "; ")
+	}
+	return ev
+}
+
+// appendString copies v into buf and returns a string viewing the copy.
+// buf has the capacity for every field, so it never moves.
+func appendString(buf, v []byte) (string, []byte) {
+	if len(v) == 0 {
+		return "", buf
+	}
+	start := len(buf)
+	buf = append(buf, v...)
+	return unsafeString(buf[start:]), buf
+}
+
+// CheckID reports why id cannot be a Nats-Msg-Id, or "" when it can. The
+// id must reach JetStream exactly: a header would trim surrounding
+// whitespace and replace line breaks, and dedup would then compare ids
+// that differ from the row's.
+func CheckID[T string | []byte](id T) string {
+	if len(id) == 0 {
+		return "id is empty"
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c == 0x7f {
+			return "id contains whitespace or a control character, which a Nats-Msg-Id header cannot carry exactly"
+		}
+	}
+	return ""
+}

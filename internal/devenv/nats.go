@@ -1,0 +1,104 @@
+package devenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// NATSOptions configures StartNATS.
+type NATSOptions struct {
+	// StoreDir keeps JetStream's files; empty means a new temporary
+	// directory, removed by Close.
+	StoreDir string
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// MaxPayload overrides the server's max_payload (default 1 MiB).
+	MaxPayload int32
+	// SyncAlways fsyncs every write before acknowledging it.
+	SyncAlways bool
+}
+
+// NATS is an embedded nats-server with JetStream on 127.0.0.1.
+type NATS struct {
+	opts    NATSOptions
+	ownsDir bool
+	srv     *server.Server
+}
+
+// StartNATS starts an embedded server and waits until it accepts clients.
+func StartNATS(opts NATSOptions) (*NATS, error) {
+	n := &NATS{opts: opts}
+	if n.opts.StoreDir == "" {
+		dir, err := os.MkdirTemp("", "outbox-relay-nats-")
+		if err != nil {
+			return nil, err
+		}
+		n.opts.StoreDir, n.ownsDir = dir, true
+	}
+	if n.opts.Port == 0 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		n.opts.Port = port
+	}
+	if err := n.Start(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start starts the server (again) on the same port and store.
+func (n *NATS) Start() error {
+	if n.srv != nil && n.srv.Running() {
+		return errors.New("nats server already running")
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "outbox-relay-dev",
+		Host:       "127.0.0.1",
+		Port:       n.opts.Port,
+		JetStream:  true,
+		StoreDir:   n.opts.StoreDir,
+		MaxPayload: n.opts.MaxPayload,
+		SyncAlways: n.opts.SyncAlways,
+		NoLog:      true,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return fmt.Errorf("configure nats server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return errors.New("nats server did not become ready within 30s")
+	}
+	n.srv = srv
+	return nil
+}
+
+// Stop shuts the server down; Start brings it back with its data.
+func (n *NATS) Stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+	}
+}
+
+// URL is the client URL.
+func (n *NATS) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.opts.Port) }
+
+// StoreDir is where JetStream keeps its files.
+func (n *NATS) StoreDir() string { return n.opts.StoreDir }
+
+// Close stops the server and removes a store directory it created.
+func (n *NATS) Close() {
+	n.Stop()
+	if n.ownsDir {
+		os.RemoveAll(n.opts.StoreDir)
+	}
+}

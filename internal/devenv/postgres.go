@@ -1,0 +1,232 @@
+// Package devenv starts throwaway servers on this machine: a private
+// Postgres cluster from the local server binaries, and an embedded NATS
+// server with JetStream. `outbox-relay dev` and the tests use them.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PostgresOptions configures StartPostgres.
+type PostgresOptions struct {
+	// BinDir holds initdb and pg_ctl; empty means search PATH, then
+	// /usr/lib/postgresql/*/bin (newest version first).
+	BinDir string
+	// Settings are extra postgresql.conf lines (name → value).
+	Settings map[string]string
+}
+
+// Postgres is a private cluster listening on 127.0.0.1.
+type Postgres struct {
+	Dir    string // everything lives here; removed by Close
+	Port   int
+	binDir string
+	cred   *syscall.Credential // nil when not running as root
+}
+
+// StartPostgres creates a cluster with wal_level = logical in a new
+// temporary directory and starts it. As root it runs the server as the
+// "postgres" OS user: initdb refuses to run as root.
+func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) {
+	bin, err := findBinDir(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{binDir: bin}
+	if os.Geteuid() == 0 {
+		if p.cred, err = postgresUser(); err != nil {
+			return nil, err
+		}
+	}
+	if p.Dir, err = os.MkdirTemp("", "outbox-relay-pg-"); err != nil {
+		return nil, err
+	}
+	if err := p.chown(p.Dir); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := p.run(ctx, "initdb", "-D", p.dataDir(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		p.Close()
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		if p.Port, err = freePort(); err != nil {
+			p.Close()
+			return nil, err
+		}
+		if err := p.writeConfig(opts.Settings); err != nil {
+			p.Close()
+			return nil, err
+		}
+		if err = p.Start(ctx); err == nil {
+			return p, nil
+		}
+		if attempt == 2 {
+			p.Close()
+			return nil, err
+		}
+	}
+}
+
+func (p *Postgres) dataDir() string { return filepath.Join(p.Dir, "data") }
+
+// LogFile is the server's log.
+func (p *Postgres) LogFile() string { return filepath.Join(p.Dir, "postgres.log") }
+
+// URL returns a connection string for database db as the superuser.
+func (p *Postgres) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+}
+
+// Start starts the server (again) on its port and waits until it accepts
+// connections.
+func (p *Postgres) Start(ctx context.Context) error {
+	return p.run(ctx, "pg_ctl", "-D", p.dataDir(), "-l", p.LogFile(), "-w", "-t", "120", "start")
+}
+
+// Stop stops the server: mode is "smart", "fast" or "immediate" (a crash).
+func (p *Postgres) Stop(ctx context.Context, mode string) error {
+	return p.run(ctx, "pg_ctl", "-D", p.dataDir(), "-m", mode, "-w", "-t", "120", "stop")
+}
+
+// Close stops the server if it runs and removes its directory.
+func (p *Postgres) Close() error {
+	if p.Dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(p.dataDir(), "postmaster.pid")); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = p.Stop(ctx, "immediate")
+		cancel()
+	}
+	return os.RemoveAll(p.Dir)
+}
+
+// Log returns the server's log so far.
+func (p *Postgres) Log() string {
+	b, _ := os.ReadFile(p.LogFile())
+	return string(b)
+}
+
+func (p *Postgres) writeConfig(extra map[string]string) error {
+	settings := map[string]string{
+		"listen_addresses":        "'127.0.0.1'",
+		"port":                    strconv.Itoa(p.Port),
+		"unix_socket_directories": "'" + p.Dir + "'",
+		"wal_level":               "logical",
+		"max_wal_senders":         "10",
+		"max_replication_slots":   "10",
+		"log_min_messages":        "info",
+		"log_line_prefix":         "'%m [%p] '",
+	}
+	for k, v := range extra {
+		settings[k] = v
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = %s\n", k, settings[k])
+	}
+	// postgresql.auto.conf is read last: it overrides the defaults initdb wrote.
+	name := filepath.Join(p.dataDir(), "postgresql.auto.conf")
+	if err := os.WriteFile(name, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	return p.chown(name)
+}
+
+func (p *Postgres) run(ctx context.Context, tool string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(p.binDir, tool), args...)
+	cmd.Dir = p.Dir
+	if p.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
+		if tool == "pg_ctl" && len(args) > 0 && args[len(args)-1] == "start" {
+			msg += "\nserver log:\n" + tail(p.Log(), 30)
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+func (p *Postgres) chown(path string) error {
+	if p.cred == nil {
+		return nil
+	}
+	return os.Chown(path, int(p.cred.Uid), int(p.cred.Gid))
+}
+
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and Postgres refuses to: need an OS user named postgres to run it (apt-get install postgresql creates one): %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// findBinDir locates initdb and pg_ctl.
+func findBinDir(dir string) (string, error) {
+	if dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
+			return "", fmt.Errorf("no initdb in %s: %w", dir, err)
+		}
+		return dir, nil
+	}
+	if path, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(path), nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no Postgres server binaries found (initdb on PATH or in /usr/lib/postgresql/*/bin): install them (apt-get install -y postgresql) or pass --pg-url")
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// BinDir returns the directory of the server binaries in use.
+func (p *Postgres) BinDir() string { return p.binDir }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}

@@ -1,0 +1,118 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Check verifies, read-only, what streaming needs: wal_level, the role's
+// REPLICATION attribute, the publication and the table's membership, and
+// the table's columns. It reports every problem found, each with its fix.
+func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	var walLevel string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
+		return fmt.Errorf("check wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		add("wal_level is %q, logical decoding needs \"logical\": run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart Postgres", walLevel)
+	}
+
+	var user string
+	var replication, super bool
+	err := pool.QueryRow(ctx, `SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&user, &replication, &super)
+	if err != nil {
+		return fmt.Errorf("check the role's attributes: %w", err)
+	}
+	if !replication && !super {
+		add("role %q lacks the REPLICATION attribute: run ALTER ROLE %s REPLICATION (as a superuser)", user, pgx.Identifier{user}.Sanitize())
+	}
+
+	problems = append(problems, checkPublication(ctx, pool, table, publication)...)
+	cols, err := checkColumns(ctx, pool, table)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, cols...)
+
+	if len(problems) > 0 {
+		return &FatalError{Err: errors.New("Postgres is not ready for the relay"), Hint: "\n  - " + strings.Join(problems, "\n  - ")}
+	}
+	return nil
+}
+
+func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) []string {
+	var insert, allTables bool
+	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1`, publication).Scan(&insert, &allTables)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return []string{fmt.Sprintf("publication %q does not exist: run `outbox-relay migrate`, or CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			publication, publication, table.Quoted())}
+	}
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read publication %q: %v", publication, err)}
+	}
+	var out []string
+	if !insert {
+		out = append(out, fmt.Sprintf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", publication, publication))
+	}
+	var member bool
+	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
+		publication, table.Schema, table.Name).Scan(&member)
+	if err != nil {
+		return append(out, fmt.Sprintf("cannot read the tables of publication %q: %v", publication, err))
+	}
+	if !member {
+		out = append(out, fmt.Sprintf("table %s is not in publication %q: ALTER PUBLICATION %s ADD TABLE %s", table, publication, publication, table.Quoted()))
+	}
+	return out
+}
+
+// Columns returns the table's columns and their type names; an empty map
+// when the table does not exist.
+func Columns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (map[string]string, error) {
+	rows, err := pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, table.Quoted())
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	cols := map[string]string{}
+	var name, typ string
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ}, func() error {
+		cols[name] = typ
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) ([]string, error) {
+	have, err := Columns(ctx, pool, table)
+	if err != nil {
+		return nil, err
+	}
+	if len(have) == 0 {
+		return []string{fmt.Sprintf("table %s does not exist: run `outbox-relay migrate --table %s`", table, table)}, nil
+	}
+	var missing []string
+	for _, c := range decode.RequiredColumns {
+		if _, ok := have[c]; !ok {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return []string{fmt.Sprintf("table %s has no column %s; the relay needs %s",
+			table, strings.Join(missing, ", "), strings.Join(decode.RequiredColumns, ", "))}, nil
+	}
+	return nil, nil
+}

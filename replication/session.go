@@ -1,0 +1,247 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// confirmGap is the shortest time between two status updates that only
+// report progress. Keepalive replies are never delayed.
+const confirmGap = time.Second
+
+// probeEvery is how often a stream blocked on a full Handler checks that
+// Postgres is still up, so that a server shutting down is not held back
+// by a replication connection waiting for NATS.
+const probeEvery = time.Second
+
+// errRelease ends a session on purpose: Postgres is shutting down while the
+// Handler is blocked, and the walsender would wait for us forever.
+var errRelease = errors.New("released the replication connection")
+
+// session is one replication connection: the receive loop and the status
+// updates on it. Only its own goroutine touches it.
+type session struct {
+	*Stream
+	conn       *pgconn.PgConn
+	h          Handler
+	dec        *decode.Decoder
+	sent       pglogrepl.LSN // flush position in the last status update
+	lastStatus time.Time
+	wakeAt     time.Time
+	ignored    map[string]bool
+}
+
+func (s *session) run(ctx context.Context) error {
+	netConn := s.conn.Conn()
+	// Cancelling ctx interrupts a blocked receive through its deadline:
+	// no per-message context watching.
+	stop := context.AfterFunc(ctx, func() { _ = netConn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		if ctx.Err() != nil {
+			return s.finish()
+		}
+		if err := s.tick(ctx, false); err != nil {
+			return err
+		}
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) || isTimeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream (shutting down?)")
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// handle processes one CopyData message: a keepalive or a chunk of WAL.
+func (s *session) handle(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty CopyData message from the server")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		if !s.dec.InTransaction() {
+			s.h.Idle(ka.ServerWALEnd)
+		}
+		return s.tick(ctx, ka.ReplyRequested)
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData: %w", err)
+		}
+		return s.apply(ctx, xld)
+	default:
+		return fmt.Errorf("unexpected replication message %q", data[0])
+	}
+}
+
+// apply decodes one pgoutput message and passes it on.
+func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
+	m, err := s.dec.Decode(xld.WALData)
+	if err != nil {
+		return fatal(fmt.Errorf("at WAL %s: %w", xld.WALStart, err),
+			"the relay stops rather than skip a change it cannot read; check the outbox table's definition")
+	}
+	switch m.Kind {
+	case decode.KindEvent:
+		s.metrics.Events.Inc()
+		return s.offer(ctx, &m.Event)
+	case decode.KindCommit:
+		s.h.Commit(m.EndLSN)
+	case decode.KindIgnored:
+		s.metrics.Ignored.Inc()
+		if !s.ignored[m.Ignored] {
+			if s.ignored == nil {
+				s.ignored = map[string]bool{}
+			}
+			s.ignored[m.Ignored] = true
+			s.log.Warn().Str("change", m.Ignored).Str("lsn", xld.WALStart.String()).
+				Msg("the relay publishes inserts only; ignoring this kind of change (create the publication WITH (publish = 'insert') to stop receiving it)")
+		}
+	}
+	return nil
+}
+
+// offer hands ev to the Handler, waiting for room if needed. While it waits
+// it keeps sending status updates, so Postgres does not time it out, and it
+// watches for a server shutdown.
+func (s *session) offer(ctx context.Context, ev *decode.Event) error {
+	if s.h.Event(ev) {
+		return nil
+	}
+	s.metrics.Blocked.Set(1)
+	defer s.metrics.Blocked.Set(0)
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s.finish()
+		case <-s.h.Room():
+			if s.h.Event(ev) {
+				return nil
+			}
+		case <-tick.C:
+			if err := s.tick(ctx, false); err != nil {
+				return err
+			}
+			if s.serverStopping(ctx) {
+				return errRelease
+			}
+		}
+	}
+}
+
+// serverStopping reports whether a regular connection fails: during a
+// shutdown Postgres ends ordinary sessions first, then waits for its
+// walsenders, which wait for our confirmation.
+func (s *session) serverStopping(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := s.pool.Ping(pctx)
+	return err != nil && ctx.Err() == nil
+}
+
+// tick sends a status update when one is due, or at once when the server
+// asked for a reply.
+func (s *session) tick(ctx context.Context, replyRequested bool) error {
+	now := time.Now()
+	if !replyRequested && now.Before(s.wakeAt) {
+		return nil
+	}
+	flushed := s.h.Flushed(ctx, false)
+	due := replyRequested || now.Sub(s.lastStatus) >= s.cfg.StatusInterval ||
+		(flushed > s.sent && now.Sub(s.lastStatus) >= confirmGap)
+	if due {
+		if err := s.sendStatus(flushed, now); err != nil {
+			return err
+		}
+	}
+	s.wakeAt = now.Add(min(confirmGap, s.cfg.StatusInterval))
+	if ctx.Err() == nil {
+		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
+	}
+	return nil
+}
+
+func (s *session) sendStatus(flushed pglogrepl.LSN, now time.Time) error {
+	if flushed < s.sent {
+		flushed = s.sent // never move the slot backwards
+	}
+	// Write, flush and apply positions are all set explicitly: pglogrepl
+	// would otherwise copy the write position into an empty flush field.
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: flushed,
+		WALFlushPosition: flushed,
+		WALApplyPosition: flushed,
+		ClientTime:       now,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status update: %w", err)
+	}
+	s.sent, s.lastStatus = flushed, now
+	s.metrics.ConfirmedLSN.Set(float64(flushed))
+	return nil
+}
+
+// finish ends a session at shutdown: wait for in-flight publishes, keep
+// the connection alive meanwhile, then confirm what was acknowledged.
+func (s *session) finish() error {
+	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	bg := context.Background()
+	var err error
+	for {
+		stepEnd := time.Now().Add(confirmGap)
+		if deadline.Before(stepEnd) {
+			stepEnd = deadline
+		}
+		step, cancel := context.WithDeadline(bg, stepEnd)
+		err = s.h.Drain(step)
+		cancel()
+		if err == nil || !time.Now().Before(deadline) {
+			break
+		}
+		if serr := s.sendStatus(s.h.Flushed(bg, false), time.Now()); serr != nil {
+			break
+		}
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("shutdown before every publish was acknowledged: those events are published again on restart")
+	}
+	flushed := s.h.Flushed(bg, true)
+	if serr := s.sendStatus(flushed, time.Now()); serr != nil {
+		s.log.Warn().Err(serr).Msg("final status update failed; the slot keeps its previous position")
+		return nil
+	}
+	s.log.Info().Str("lsn", flushed.String()).Msg("drained; confirmed the final position to Postgres")
+	return nil
+}

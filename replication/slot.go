@@ -1,0 +1,162 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Replication slot names may only hold lower-case letters, digits and
+// underscores (Postgres' own rule). Publication names are held to the same
+// rule, so both can be written into replication commands without quoting
+// surprises.
+var nameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// CheckName validates a slot or publication name.
+func CheckName(kind, name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%s name %q: use 1 to 63 lower-case letters, digits and underscores", kind, name)
+	}
+	return nil
+}
+
+// SlotInfo is a replication slot as pg_replication_slots shows it.
+type SlotInfo struct {
+	Exists         bool
+	Plugin         string
+	Database       string
+	Temporary      bool
+	Active         bool
+	ActivePID      int32
+	ConfirmedFlush pglogrepl.LSN
+	RestartLSN     pglogrepl.LSN
+	WALStatus      string // reserved, extended, unreserved or lost
+	// LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn.
+	LagBytes int64
+}
+
+// LookupSlot reads the slot's row in pg_replication_slots.
+func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo, error) {
+	var (
+		info               SlotInfo
+		plugin, db, status *string
+		pid                *int32
+		confirmed, restart *string
+		lag                *int64
+	)
+	err := pool.QueryRow(ctx, `SELECT plugin, database, temporary, active, active_pid,
+			confirmed_flush_lsn::text, restart_lsn::text, wal_status,
+			(pg_current_wal_lsn() - confirmed_flush_lsn)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&plugin, &db, &info.Temporary, &info.Active, &pid, &confirmed, &restart, &status, &lag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SlotInfo{}, nil
+	}
+	if err != nil {
+		return SlotInfo{}, fmt.Errorf("look up replication slot %q: %w", slot, err)
+	}
+	info.Exists = true
+	info.Plugin, info.Database, info.WALStatus = deref(plugin), deref(db), deref(status)
+	info.ActivePID = deref(pid)
+	info.LagBytes = deref(lag)
+	if confirmed != nil {
+		if info.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+			return SlotInfo{}, fmt.Errorf("slot %q confirmed_flush_lsn: %w", slot, err)
+		}
+	}
+	if restart != nil {
+		if info.RestartLSN, err = pglogrepl.ParseLSN(*restart); err != nil {
+			return SlotInfo{}, fmt.Errorf("slot %q restart_lsn: %w", slot, err)
+		}
+	}
+	return info, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// CheckSlot verifies that an existing slot is one the relay can stream from.
+func CheckSlot(info SlotInfo, slot, database string) error {
+	switch {
+	case info.Plugin != "pgoutput":
+		return fatal(fmt.Errorf("replication slot %q uses output plugin %q", slot, info.Plugin),
+			"the relay needs a pgoutput slot: use another --slot, or drop this one if nothing else uses it")
+	case info.Temporary:
+		return fatal(fmt.Errorf("replication slot %q is temporary", slot), "use a permanent slot")
+	case info.Database != database:
+		return fatal(fmt.Errorf("replication slot %q belongs to database %q, not %q", slot, info.Database, database),
+			"point --pg-url at the slot's database or choose another --slot")
+	case info.WALStatus == "lost":
+		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed", slot),
+			"events committed after its last confirmed position (%s) may never have been published: run `outbox-relay verify` to list and republish them, then recreate the slot", info.ConfirmedFlush)
+	}
+	return nil
+}
+
+// CreateSlot creates a logical pgoutput slot and, while the snapshot it
+// exports is valid, calls withSnapshot with a read-only transaction that
+// sees the database exactly as of the slot's consistent point: every
+// transaction committed before it is visible there, every later one will
+// be streamed. It returns the consistent point.
+func CreateSlot(ctx context.Context, repl *pgconn.Config, pool *pgxpool.Pool, slot string, withSnapshot func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error) (pglogrepl.LSN, error) {
+	conn, err := pgconn.ConnectConfig(ctx, repl)
+	if err != nil {
+		return 0, fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == codeConfigLimit {
+			return 0, fatal(err, "raise max_replication_slots, or drop a slot nobody uses")
+		}
+		return 0, fmt.Errorf("create replication slot %q: %w", slot, err)
+	}
+	point, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return 0, fmt.Errorf("replication slot %q consistent point %q: %w", slot, res.ConsistentPoint, err)
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return point, fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(res.SnapshotName)); err != nil {
+		return point, fmt.Errorf("use the snapshot of slot %q: %w", slot, err)
+	}
+	if err := withSnapshot(ctx, tx, point); err != nil {
+		return point, err
+	}
+	return point, tx.Commit(ctx)
+}
+
+// DropSlot drops the slot, waiting for it to become inactive.
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
+	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		return fmt.Errorf("drop replication slot %q: %w", slot, err)
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}

@@ -1,0 +1,196 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
+)
+
+// Handler receives what the stream decodes, in WAL order, on the goroutine
+// that owns the replication connection. Its methods must not block, except
+// Drain.
+type Handler interface {
+	// Event hands over one outbox event. It returns false when there is no
+	// room: the stream then waits on Room, keeps Postgres informed, and
+	// offers the same event again.
+	Event(ev *decode.Event) bool
+	Room() <-chan struct{}
+	// Commit says every event of the transaction ending at end was handed
+	// over.
+	Commit(end pglogrepl.LSN)
+	// Idle reports a keepalive's WAL end received outside any transaction.
+	Idle(walEnd pglogrepl.LSN)
+	// Flushed returns the LSN that is safe to confirm to Postgres now;
+	// final is set for the last status update before the relay stops.
+	Flushed(ctx context.Context, final bool) pglogrepl.LSN
+	// Drain waits until everything handed over is acknowledged.
+	Drain(ctx context.Context) error
+}
+
+// Config configures a Stream.
+type Config struct {
+	// Repl configures the replication connection (see ParseConnString).
+	Repl        *pgconn.Config
+	Slot        string
+	Publication string
+	Table       decode.Table
+	// StatusInterval is the longest time between standby status updates
+	// (default 10s). Progress is confirmed at most once a second sooner.
+	StatusInterval time.Duration
+	// DrainTimeout bounds how long shutdown waits for in-flight publishes
+	// before the final status update (default 10s).
+	DrainTimeout time.Duration
+	// VetSlot, when set, is asked before each session whether the slot is
+	// still the relay's own (for example, not dropped and recreated).
+	VetSlot func(ctx context.Context, slot SlotInfo) error
+}
+
+func (c *Config) setDefaults() {
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = 10 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+}
+
+// Stream streams an outbox table's inserts from a replication slot.
+type Stream struct {
+	cfg       Config
+	pool      *pgxpool.Pool
+	log       zerolog.Logger
+	metrics   *Metrics
+	streaming atomic.Bool
+}
+
+// NewStream returns a Stream. pool is a regular connection pool to the same
+// database, used to look at the slot and to notice a server shutdown.
+func NewStream(cfg Config, pool *pgxpool.Pool, log zerolog.Logger, metrics *Metrics) (*Stream, error) {
+	cfg.setDefaults()
+	if err := CheckName("slot", cfg.Slot); err != nil {
+		return nil, err
+	}
+	if err := CheckName("publication", cfg.Publication); err != nil {
+		return nil, err
+	}
+	return &Stream{cfg: cfg, pool: pool, log: log, metrics: metrics}, nil
+}
+
+// Streaming reports whether a replication session is streaming now.
+func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+// Run streams until ctx ends or a FatalError occurs. Transient failures
+// (a lost connection, a restarting server, the slot busy with another
+// relay) are retried with capped exponential backoff. When ctx ends, Run
+// drains the Handler, sends a final status update and returns nil.
+func (s *Stream) Run(ctx context.Context, h Handler) error {
+	bo := retry.NewBackoff(100*time.Millisecond, 10*time.Second)
+	logs := retry.NewLogLimiter()
+	for {
+		started := time.Now()
+		err := s.classify(s.session(ctx, h))
+		s.streaming.Store(false)
+		s.metrics.Connected.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fe *FatalError
+		if errors.As(err, &fe) {
+			return err
+		}
+		if time.Since(started) > time.Minute {
+			bo.Reset()
+		}
+		wait := bo.Next()
+		switch {
+		case errors.Is(err, errSlotBusy):
+			wait = min(wait, 2*time.Second)
+			if logs.Allow() {
+				s.log.Info().Str("slot", s.cfg.Slot).Err(err).Msg("slot is active in another process: waiting as a standby, taking over when it is released")
+			}
+		case errors.Is(err, errRelease):
+			s.log.Info().Str("slot", s.cfg.Slot).Msg("released the replication connection so Postgres can shut down; reconnecting")
+		default:
+			s.metrics.Reconnects.Inc()
+			if logs.Allow() {
+				s.log.Warn().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("replication interrupted; reconnecting")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			s.drainOffline(h)
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// drainOffline waits for in-flight publishes at shutdown when there is no
+// connection to confirm them on: the next start replays them, and the
+// stream's dedup window absorbs the repeats.
+func (s *Stream) drainOffline(h Handler) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := h.Drain(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("shutdown without a replication connection: unacknowledged events will be published again on restart")
+	}
+}
+
+// session runs one replication connection from start to end.
+func (s *Stream) session(ctx context.Context, h Handler) error {
+	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !info.Exists {
+		return fatal(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
+			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded: run `outbox-relay verify`, then restart the relay")
+	}
+	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
+		return err
+	}
+	if s.cfg.VetSlot != nil {
+		if err := s.cfg.VetSlot(ctx, info); err != nil {
+			return err
+		}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, s.cfg.Repl)
+	if err != nil {
+		return fmt.Errorf("open replication connection to %s: %w", Describe(s.cfg.Repl), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// Start at 0/0: the server then starts at the slot's confirmed_flush_lsn.
+	// Asking for a later LSN would silently skip the transactions before it.
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + s.cfg.Publication + "'",
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)
+	}
+	s.streaming.Store(true)
+	s.metrics.Connected.Set(1)
+	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
+		Str("lsn", info.ConfirmedFlush.String()).Msg("streaming from the slot's confirmed position")
+	sess := &session{
+		Stream: s,
+		conn:   conn,
+		h:      h,
+		dec:    decode.NewDecoder(s.cfg.Table),
+		sent:   info.ConfirmedFlush,
+	}
+	return sess.run(ctx)
+}

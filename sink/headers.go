@@ -1,0 +1,191 @@
+package sink
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Header names on every message the relay publishes. Other tools rely on
+// them; keep them stable.
+const (
+	HeaderMsgID          = "Nats-Msg-Id"
+	HeaderAggregateType  = "Outbox-Aggregate-Type"
+	HeaderAggregateID    = "Outbox-Aggregate-Id"
+	HeaderEventType      = "Outbox-Event-Type"
+	HeaderCreatedAt      = "Outbox-Created-At"
+	HeaderCommitLSN      = "Outbox-Commit-Lsn"
+	HeaderTxnIndex       = "Outbox-Txn-Index"
+	HeaderPercentEncoded = "Outbox-Percent-Encoded"
+
+	// Dead-letter messages carry these as well.
+	HeaderEventID          = "Outbox-Event-Id"
+	HeaderDeadLetterReason = "Outbox-Dead-Letter-Reason"
+	HeaderOriginalSubject  = "Outbox-Original-Subject"
+	HeaderPayloadOmitted   = "Outbox-Payload-Omitted"
+)
+
+// DeadLetterMsgIDPrefix prefixes the Nats-Msg-Id of dead-letter messages,
+// so that republishing the event later is not taken for a duplicate.
+const DeadLetterMsgIDPrefix = "dead-letter:"
+
+// maxHeaderBytes is JetStream's limit on the header block of a message.
+const maxHeaderBytes = 64 * 1024
+
+// headerSafe reports whether a NATS header carries v exactly: nats.go trims
+// surrounding whitespace and replaces line breaks in header values.
+func headerSafe(v string) bool {
+	if v == "" {
+		return true
+	}
+	if v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// percentEncode escapes '%', space and every byte outside printable ASCII
+// as %XX, the form used for header values listed in Outbox-Percent-Encoded.
+func percentEncode(v string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c > ' ' && c < 0x7f && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0x0f])
+	}
+	return b.String()
+}
+
+// wireMsg is a reusable outgoing message. Its header map keeps one slice
+// per key, so filling it for the next event allocates nothing.
+type wireMsg struct {
+	msg     nats.Msg
+	lsnKey  pglogrepl.LSN
+	lsnText string
+}
+
+func newWireMsg() *wireMsg {
+	w := &wireMsg{}
+	w.msg.Header = nats.Header{}
+	return w
+}
+
+func (w *wireMsg) set(key, value string) {
+	if vs, ok := w.msg.Header[key]; ok {
+		vs[0] = value
+		return
+	}
+	w.msg.Header[key] = []string{value}
+}
+
+// setEncoded sets a row value, percent-encoding it when a header could not
+// carry it exactly; encoded names the headers encoded so far.
+func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
+	if headerSafe(value) {
+		w.set(key, value)
+		return encoded
+	}
+	w.set(key, percentEncode(value))
+	return append(encoded, key)
+}
+
+// fillEvent prepares the message for ev on subject, with the reply subject
+// that routes its PubAck back.
+func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
+	w.reset(subject, reply, ev.Payload)
+	w.set(HeaderMsgID, ev.ID)
+	w.fillCommon(ev, nil)
+}
+
+// fillDeadLetter prepares the dead-letter message for ev. The payload goes
+// along when it fits in maxSize together with the headers.
+func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, reason string, maxSize int) {
+	w.reset(subject, reply, nil)
+	id := ev.ID
+	if decode.CheckID(id) != "" {
+		// Not usable as a message id: name the event by its WAL position.
+		id = ev.Position.String()
+	}
+	w.set(HeaderMsgID, DeadLetterMsgIDPrefix+id)
+	w.set(HeaderDeadLetterReason, truncateValue(reason))
+	w.set(HeaderOriginalSubject, original)
+	encoded := w.setEncoded(HeaderEventID, truncateValue(ev.ID), nil)
+	w.fillCommon(ev, encoded)
+	if size := headerSize(w.msg.Header) + len(ev.Payload); size <= maxSize {
+		w.msg.Data = ev.Payload
+	} else {
+		w.set(HeaderPayloadOmitted, "payload of "+strconv.Itoa(len(ev.Payload))+" bytes is over the limit")
+	}
+}
+
+func (w *wireMsg) reset(subject, reply string, data []byte) {
+	clear(w.msg.Header)
+	w.msg.Subject, w.msg.Reply, w.msg.Data = subject, reply, data
+}
+
+func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
+	encoded = w.setEncoded(HeaderAggregateType, ev.AggregateType, encoded)
+	encoded = w.setEncoded(HeaderAggregateID, ev.AggregateID, encoded)
+	encoded = w.setEncoded(HeaderEventType, ev.EventType, encoded)
+	if ev.CreatedAt != "" {
+		w.set(HeaderCreatedAt, ev.CreatedAt)
+	}
+	if ev.Position.CommitLSN != w.lsnKey || w.lsnText == "" {
+		// Every event of a transaction shares its commit LSN: format it once.
+		w.lsnKey, w.lsnText = ev.Position.CommitLSN, formatLSN(ev.Position.CommitLSN)
+	}
+	w.set(HeaderCommitLSN, w.lsnText)
+	w.set(HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
+	if len(encoded) > 0 {
+		w.set(HeaderPercentEncoded, strings.Join(encoded, ","))
+	}
+}
+
+// truncateValue keeps dead-letter diagnostics small enough for a header.
+func truncateValue(v string) string {
+	const max = 1024
+	if len(v) <= max {
+		return v
+	}
+	return v[:max] + "…"
+}
+
+// headerSize is the size of the header block nats.go writes for h.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+// formatLSN formats an LSN the way Postgres does ("16/B374D848").
+func formatLSN(lsn pglogrepl.LSN) string {
+	var buf [40]byte
+	b := strconv.AppendUint(buf[:0], uint64(lsn)>>32, 16)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(lsn)&0xffffffff, 16)
+	for i, c := range b {
+		if c >= 'a' && c <= 'f' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,428 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Subject renders each event's subject.
+	Subject Template
+	// DeadLetterSubject receives events that can never be published as they
+	// are, with the reason in a header.
+	DeadLetterSubject string
+	// Window is the most messages awaiting a PubAck at once (default 1024).
+	Window int
+	// WindowBytes bounds the payload bytes held for messages awaiting a
+	// PubAck (default 64 MiB); one larger message still goes alone.
+	WindowBytes int
+	// AckTimeout is how long a PubAck may take before the outcome counts as
+	// unknown and the message is republished (default 5s).
+	AckTimeout time.Duration
+	// MaxMessageSize is the largest message (headers and payload) the stream
+	// accepts; 0 means the server's max_payload.
+	MaxMessageSize int
+}
+
+func (c *Config) setDefaults() {
+	if c.Window <= 0 {
+		c.Window = 1024
+	}
+	if c.WindowBytes <= 0 {
+		c.WindowBytes = 64 << 20
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 5 * time.Second
+	}
+}
+
+// Publisher publishes events to JetStream asynchronously and in order.
+//
+// Up to Window messages are on the wire at once, each with its own reply
+// subject, so every PubAck is tracked individually. Sequence numbers are
+// assigned in the order events are offered (WAL order); AckedThrough tells
+// how far the unbroken run of acknowledged events reaches.
+//
+// On the first failure (an error reply, an ack timeout, a dropped
+// connection) the Publisher stops sending, lets every message in flight
+// settle, then republishes from the first unacknowledged event, in order:
+// first that event alone until it succeeds, then the rest. It never uses
+// the client's reconnect buffer and never lets a later message overtake an
+// earlier one that it still has to send. Republished messages keep their
+// Nats-Msg-Id, so JetStream drops copies it already stored.
+//
+// Offer and the methods used by the replication side are called from one
+// goroutine; Run is driven by another; PubAcks arrive on a third.
+type Publisher struct {
+	nc      *nats.Conn
+	cfg     Config
+	log     zerolog.Logger
+	metrics *Metrics
+	inbox   string // replies arrive on inbox + "<seq>.<attempt>"
+	sub     *nats.Subscription
+	maxSize int
+
+	sendMu sync.Mutex // held while writing, so messages leave in sequence order
+	wire   *wireMsg   // guarded by sendMu
+
+	mu       sync.Mutex
+	ring     []slot
+	mask     uint64
+	head     uint64 // oldest unsettled sequence number
+	next     uint64 // next sequence number to assign
+	sendNext uint64 // next sequence number to send
+	bytes    int    // payload bytes held by unsettled slots
+	healthy  bool   // false from a failure until recovery resent everything
+	problem  error  // the failure that started the current outage
+
+	acked atomic.Uint64 // every sequence number <= acked is settled
+	room  chan struct{} // a slot was freed
+	wake  chan struct{} // wakes Run: a failure, or a slot settled during recovery
+}
+
+type slotState uint8
+
+const (
+	queued slotState = iota // waiting to be sent (again)
+	sent                    // on the wire, waiting for its reply
+	acked                   // stored by JetStream (or found to be stored already)
+	failed                  // error reply, timeout or disconnect: to be sent again
+)
+
+type slot struct {
+	seq        uint64
+	ev         decode.Event
+	state      slotState
+	attempt    uint32
+	sentAt     time.Time
+	size       int
+	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
+}
+
+// NewPublisher subscribes to PubAck replies on nc and returns a Publisher.
+// Call Close when done.
+func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metrics) (*Publisher, error) {
+	cfg.setDefaults()
+	if cfg.DeadLetterSubject == "" {
+		return nil, errors.New("sink: dead-letter subject is required")
+	}
+	size := 1
+	for size < cfg.Window {
+		size <<= 1
+	}
+	p := &Publisher{
+		nc:      nc,
+		cfg:     cfg,
+		log:     log,
+		metrics: metrics,
+		inbox:   nc.NewInbox() + ".",
+		wire:    newWireMsg(),
+		ring:    make([]slot, size),
+		mask:    uint64(size - 1),
+		head:    1,
+		next:    1,
+		healthy: true,
+		room:    make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
+	}
+	p.sendNext = 1
+	p.maxSize = int(nc.MaxPayload())
+	if cfg.MaxMessageSize > 0 && (p.maxSize <= 0 || cfg.MaxMessageSize < p.maxSize) {
+		p.maxSize = cfg.MaxMessageSize
+	}
+	sub, err := nc.Subscribe(p.inbox+"*.*", p.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to PubAck replies: %w", err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("set PubAck subscription limits: %w", err)
+	}
+	p.sub = sub
+	return p, nil
+}
+
+// Close stops receiving PubAcks.
+func (p *Publisher) Close() error { return p.sub.Unsubscribe() }
+
+// Offer queues ev for publishing and returns its sequence number. It never
+// blocks: ok is false when the window is full; wait on Room and offer again.
+func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
+	size := len(ev.Payload)
+	p.mu.Lock()
+	n := p.next - p.head
+	if n >= uint64(p.cfg.Window) || (n > 0 && p.bytes+size > p.cfg.WindowBytes) {
+		p.mu.Unlock()
+		return 0, false
+	}
+	seq = p.next
+	p.next++
+	s := &p.ring[seq&p.mask]
+	*s = slot{seq: seq, ev: *ev, size: size}
+	p.bytes += size
+	send := p.healthy
+	p.mu.Unlock()
+	p.metrics.InFlight.Inc()
+	if send {
+		p.sendQueued(false)
+	}
+	return seq, true
+}
+
+// Room is signalled when messages settle and the window has room again.
+func (p *Publisher) Room() <-chan struct{} { return p.room }
+
+// AckedThrough returns the newest sequence number such that it and every
+// earlier one are acknowledged (0 before the first).
+func (p *Publisher) AckedThrough() uint64 { return p.acked.Load() }
+
+// Pending returns how many offered events are not yet acknowledged.
+func (p *Publisher) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int(p.next - p.head)
+}
+
+// Drain waits until every offered event is acknowledged, or ctx ends.
+func (p *Publisher) Drain(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := p.Pending()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain: %d events still unacknowledged: %w", n, context.Cause(ctx))
+		case <-p.room:
+		case <-tick.C:
+		}
+	}
+}
+
+// sendQueued writes queued messages in sequence order. With probe set it
+// sends only the first one and ignores the outage flag: recovery uses it
+// to test whether JetStream accepts messages again.
+func (p *Publisher) sendQueued(probe bool) {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	for {
+		p.mu.Lock()
+		if (!p.healthy && !probe) || p.sendNext >= p.next {
+			p.mu.Unlock()
+			return
+		}
+		s := &p.ring[p.sendNext&p.mask]
+		p.sendNext++
+		if s.state == acked {
+			p.mu.Unlock()
+			continue
+		}
+		s.attempt++
+		s.state, s.sentAt = sent, time.Now()
+		// Copy what the wire needs: once the lock is released a late reply
+		// may settle the slot and the ring may reuse it.
+		seq, attempt, ev, deadLetter := s.seq, s.attempt, s.ev, s.deadLetter
+		p.mu.Unlock()
+
+		if err := p.write(seq, attempt, &ev, deadLetter); err != nil {
+			p.settle(seq, attempt, reply{err: err})
+		}
+		if probe {
+			return
+		}
+	}
+}
+
+// write puts one message on the connection. An event that cannot be
+// published as it is (a Problem, or too large) goes to the dead-letter
+// subject instead: it is never sent as is.
+func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string) error {
+	replyTo := p.replySubject(seq, attempt)
+	subject := p.cfg.Subject.Render(ev)
+	if deadLetter == "" {
+		deadLetter = ev.Problem
+	}
+	if deadLetter == "" {
+		p.wire.fillEvent(ev, subject, replyTo)
+		if size := headerSize(p.wire.msg.Header) + len(ev.Payload); size > p.maxSize {
+			deadLetter = fmt.Sprintf("message of %d bytes is larger than the %d bytes the server and stream accept", size, p.maxSize)
+		} else if hs := headerSize(p.wire.msg.Header); hs > maxHeaderBytes {
+			deadLetter = fmt.Sprintf("headers of %d bytes are larger than JetStream's %d", hs, maxHeaderBytes)
+		}
+	}
+	if deadLetter != "" {
+		p.wire.fillDeadLetter(ev, p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, p.maxSize)
+		p.log.Warn().Str("event_id", ev.ID).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
+			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
+			Msg("event cannot be published as it is: sending it to the dead-letter subject")
+	}
+	return p.nc.PublishMsg(&p.wire.msg)
+}
+
+func (p *Publisher) replySubject(seq uint64, attempt uint32) string {
+	var buf [64]byte
+	b := append(buf[:0], p.inbox...)
+	b = appendUint(b, seq)
+	b = append(b, '.')
+	b = appendUint(b, uint64(attempt))
+	return string(b)
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+// onReply handles a PubAck (or error) arriving on the reply subscription.
+func (p *Publisher) onReply(m *nats.Msg) {
+	seq, attempt, ok := parseReplySubject(m.Subject[min(len(p.inbox), len(m.Subject)):])
+	if !ok {
+		return
+	}
+	p.settle(seq, attempt, parseReply(m))
+}
+
+func parseReplySubject(s string) (seq uint64, attempt uint32, ok bool) {
+	var n uint64
+	part := 0
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9' && digits < 19:
+			n = n*10 + uint64(c-'0')
+			digits++
+		case c == '.' && part == 0 && digits > 0:
+			seq, n, part, digits = n, 0, 1, 0
+		default:
+			return 0, 0, false
+		}
+	}
+	if part != 1 || digits == 0 || n > 1<<32-1 {
+		return 0, 0, false
+	}
+	return seq, uint32(n), true
+}
+
+// settle records the outcome of one attempt at sending seq.
+func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq < p.head || seq >= p.next {
+		return // settled and released already: a late reply
+	}
+	s := &p.ring[seq&p.mask]
+	if s.state == acked {
+		return
+	}
+	if r.err != nil {
+		if attempt != s.attempt || s.state != sent {
+			return // an older attempt's error: the newest attempt decides
+		}
+		s.state = failed
+		if Permanent(r.err) && s.deadLetter == "" {
+			s.deadLetter = r.err.Error()
+		}
+		p.failLocked(r.err, s)
+		return
+	}
+	// Any attempt's PubAck means the message is stored.
+	s.state = acked
+	p.metrics.AckLatency.Observe(time.Since(s.sentAt).Seconds())
+	switch {
+	case r.duplicate:
+		p.metrics.Duplicates.Inc()
+	case s.deadLetter != "" || s.ev.Problem != "":
+		p.metrics.DeadLettered.Inc()
+	default:
+		p.metrics.Published.Inc()
+	}
+	p.advanceLocked()
+	if !p.healthy {
+		signal(p.wake)
+	}
+}
+
+// advanceLocked releases the acknowledged slots at the head of the window.
+func (p *Publisher) advanceLocked() {
+	start := p.head
+	for p.head < p.next {
+		s := &p.ring[p.head&p.mask]
+		if s.state != acked {
+			break
+		}
+		p.bytes -= s.size
+		s.ev = decode.Event{} // let the payload be collected
+		p.head++
+	}
+	if p.head == start {
+		return
+	}
+	if p.sendNext < p.head {
+		p.sendNext = p.head
+	}
+	p.acked.Store(p.head - 1)
+	p.metrics.InFlight.Sub(float64(p.head - start))
+	signal(p.room)
+}
+
+// failLocked starts (or continues) an outage.
+func (p *Publisher) failLocked(err error, s *slot) {
+	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
+	if !p.healthy {
+		return
+	}
+	p.healthy = false
+	p.problem = err
+	p.log.Error().Err(err).Str("event_id", s.ev.ID).Str("event_type", s.ev.EventType).
+		Str("aggregate_id", s.ev.AggregateID).Str("lsn", formatLSN(s.ev.Position.CommitLSN)).
+		Str("hint", Hint(err)).Msg("publish failed: pausing, letting in-flight publishes settle, then republishing in order")
+	signal(p.wake)
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func failureReason(err error) string {
+	var se *ServerError
+	switch {
+	case errors.Is(err, ErrAckTimeout):
+		return "timeout"
+	case errors.Is(err, ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
+		return "disconnected"
+	case errors.Is(err, ErrNoResponders):
+		return "no_responders"
+	case errors.As(err, &se) && se.ErrCode == errCodeStoreFailed:
+		return "stream_full"
+	case errors.As(err, &se) && Permanent(err):
+		return "rejected"
+	case errors.As(err, &se):
+		return "server_error"
+	default:
+		return "other"
+	}
+}

@@ -1,0 +1,209 @@
+package sink
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Placeholders a subject template may use, each as a whole token.
+const (
+	PlaceholderAggregateType = "{aggregate_type}"
+	PlaceholderAggregateID   = "{aggregate_id}"
+	PlaceholderEventType     = "{event_type}"
+)
+
+// DefaultSubject is the subject template the relay uses unless told otherwise.
+const DefaultSubject = "outbox.{aggregate_type}.{event_type}"
+
+// maxTokenLen bounds one rendered token. Longer values are cut and end in
+// "~" plus a hash of the whole value, so distinct values stay distinct and
+// the subject stays far below the server's 4 KiB control-line limit.
+const (
+	maxTokenLen  = 64
+	keptTokenLen = 48
+	hashLen      = 12
+)
+
+// Template renders NATS subjects from outbox rows.
+//
+// A template is a dot-separated list of tokens. Literal tokens are fixed;
+// a placeholder token ({aggregate_type}, {aggregate_id} or {event_type})
+// becomes exactly one token rendered from the row's value by EscapeToken.
+// The first token must be literal, so every subject lives under a fixed
+// prefix whatever the rows contain.
+type Template struct {
+	source string
+	tokens []templateToken
+}
+
+type templateToken struct {
+	literal string
+	field   func(*decode.Event) string // nil for a literal token
+}
+
+// ParseTemplate parses and validates a subject template.
+func ParseTemplate(s string) (Template, error) {
+	fields := map[string]func(*decode.Event) string{
+		PlaceholderAggregateType: func(e *decode.Event) string { return e.AggregateType },
+		PlaceholderAggregateID:   func(e *decode.Event) string { return e.AggregateID },
+		PlaceholderEventType:     func(e *decode.Event) string { return e.EventType },
+	}
+	t := Template{source: s}
+	for i, tok := range strings.Split(s, ".") {
+		if f, ok := fields[tok]; ok {
+			if i == 0 {
+				return Template{}, fmt.Errorf("subject template %q: the first token must be a fixed prefix, not a placeholder", s)
+			}
+			t.tokens = append(t.tokens, templateToken{field: f})
+			continue
+		}
+		if strings.ContainsAny(tok, "{}") {
+			return Template{}, fmt.Errorf("subject template %q: token %q: placeholders are %s, %s and %s, each a whole token",
+				s, tok, PlaceholderAggregateType, PlaceholderAggregateID, PlaceholderEventType)
+		}
+		if err := checkLiteralToken(tok); err != nil {
+			return Template{}, fmt.Errorf("subject template %q: %w", s, err)
+		}
+		t.tokens = append(t.tokens, templateToken{literal: tok})
+	}
+	return t, nil
+}
+
+func checkLiteralToken(tok string) error {
+	if tok == "" {
+		return fmt.Errorf("empty token")
+	}
+	if strings.ContainsAny(tok, "*> \t\r\n") {
+		return fmt.Errorf("token %q: wildcards and whitespace are not allowed", tok)
+	}
+	return nil
+}
+
+// String returns the template as written.
+func (t Template) String() string { return t.source }
+
+// Filter returns the subject filter matching every subject the template
+// can render: each placeholder becomes "*".
+func (t Template) Filter() string {
+	parts := make([]string, len(t.tokens))
+	for i, tok := range t.tokens {
+		if tok.field != nil {
+			parts[i] = "*"
+		} else {
+			parts[i] = tok.literal
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// Render returns the subject for ev.
+func (t Template) Render(ev *decode.Event) string {
+	var b strings.Builder
+	for i, tok := range t.tokens {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		if tok.field == nil {
+			b.WriteString(tok.literal)
+		} else {
+			writeToken(&b, tok.field(ev))
+		}
+	}
+	return b.String()
+}
+
+// EscapeToken renders a row value as one subject token:
+//   - the bytes A–Z, a–z, 0–9, '-' and '_' stay as they are;
+//   - every other byte (including '.', '*', '>', whitespace, '%' and each
+//     byte of a non-ASCII character) becomes %XX, its value in upper-case hex;
+//   - an empty value becomes "_";
+//   - a result longer than 64 bytes keeps its first 48 bytes (never cutting
+//     an %XX) and ends in "~" and 12 hex digits of the value's SHA-256.
+//
+// The result is never empty and never contains '.', '*', '>' or whitespace,
+// so a value cannot change the shape of the subject.
+func EscapeToken(v string) string {
+	var b strings.Builder
+	writeToken(&b, v)
+	return b.String()
+}
+
+func writeToken(b *strings.Builder, v string) {
+	if v == "" {
+		b.WriteByte('_')
+		return
+	}
+	n := escapedLen(v)
+	if n == len(v) && n <= maxTokenLen {
+		b.WriteString(v)
+		return
+	}
+	limit := n
+	if n > maxTokenLen {
+		limit = keptTokenLen
+	}
+	const hexDigits = "0123456789ABCDEF"
+	written := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if isPlainByte(c) {
+			if written+1 > limit {
+				break
+			}
+			b.WriteByte(c)
+			written++
+			continue
+		}
+		if written+3 > limit {
+			break
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0x0f])
+		written += 3
+	}
+	if n > maxTokenLen {
+		sum := sha256.Sum256([]byte(v))
+		b.WriteByte('~')
+		b.WriteString(hex.EncodeToString(sum[:])[:hashLen])
+	}
+}
+
+func escapedLen(v string) int {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if isPlainByte(v[i]) {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	return n
+}
+
+func isPlainByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// Covers reports whether the stream subject filter covers every subject
+// matching pattern (a subject whose tokens may be "*").
+func Covers(filter, pattern string) bool {
+	f := strings.Split(filter, ".")
+	p := strings.Split(pattern, ".")
+	for i, tok := range f {
+		if tok == ">" {
+			return len(p) > i
+		}
+		if i >= len(p) {
+			return false
+		}
+		if tok != "*" && tok != p[i] {
+			return false
+		}
+	}
+	return len(f) == len(p)
+}
