@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -10,20 +11,25 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
-// Ledger writes down how far the relay may confirm before it confirms, so
-// that a slot found beyond that record later is known not to be the
-// relay's work (dropped and recreated, or advanced by hand).
+// Slack is how far past its recorded limit the relay confirms without
+// writing the record again.
 //
 // Writing on every confirmation would feed itself: each write is WAL, the
-// next keepalive reports it, confirming it means another write. So the
-// Ledger writes at most once a second, and only when it must: published
-// events wait to be confirmed, or the position moved a whole step (1 MiB)
-// on keepalives alone, or the relay is shutting down. Otherwise it
-// confirms the recorded limit, and the slot trails by less than a step.
+// next keepalive reports it, confirming it means another write, forever,
+// on an idle database. Within Slack of the record the relay confirms
+// freely: its own writes, a shutdown checkpoint (which a stopping Postgres
+// waits to see confirmed), a few small transactions elsewhere all fit.
+// The price: a slot dropped and recreated under the same name while the
+// relay was away, less than Slack of WAL after its last record, is not
+// recognised as new.
+const Slack = 64 << 10
+
+// Ledger writes down how far the relay may confirm before it confirms, so
+// that a slot found beyond that record later is known not to be the
+// relay's work: dropped and recreated, or advanced by hand.
 type Ledger struct {
 	store     *Store
 	limit     pglogrepl.LSN
-	step      uint64
 	minGap    time.Duration
 	lastWrite time.Time
 	log       zerolog.Logger
@@ -32,44 +38,45 @@ type Ledger struct {
 
 // NewLedger returns a Ledger whose record currently allows limit.
 func NewLedger(store *Store, limit pglogrepl.LSN, log zerolog.Logger) *Ledger {
-	return &Ledger{store: store, limit: limit, step: 1 << 20, minGap: time.Second, log: log, logs: retry.NewLogLimiter()}
+	return &Ledger{store: store, limit: limit, minGap: time.Second, log: log, logs: retry.NewLogLimiter()}
 }
 
-// Urgency says how much confirming matters now.
-type Urgency int
-
-const (
-	// Routine: only keepalives moved the position.
-	Routine Urgency = iota
-	// EventsWaiting: transactions with events are acknowledged beyond the
-	// recorded limit.
-	EventsWaiting
-	// Final: the relay is about to stop.
-	Final
-)
-
 // Confirmable returns the newest position up to flushed that the record
-// allows, raising the record first when it is due.
-func (l *Ledger) Confirmable(ctx context.Context, flushed pglogrepl.LSN, u Urgency) pglogrepl.LSN {
-	if flushed <= l.limit {
+// allows, raising the record first when flushed is beyond it: at most once
+// a second, except for the final confirmation before the relay stops.
+func (l *Ledger) Confirmable(ctx context.Context, flushed pglogrepl.LSN, final bool) pglogrepl.LSN {
+	allowed := l.Allowed()
+	if flushed <= allowed {
 		return flushed
 	}
-	if u == Routine && uint64(flushed-l.limit) < l.step {
-		return l.limit
-	}
-	if u != Final && time.Since(l.lastWrite) < l.minGap {
-		return l.limit
+	if !final && time.Since(l.lastWrite) < l.minGap {
+		return allowed
 	}
 	l.lastWrite = time.Now()
 	if err := l.store.RaiseLimit(ctx, flushed); err != nil {
 		if l.logs.Allow() {
 			l.log.Warn().Err(err).Msg("cannot record the confirm limit; confirming only up to the recorded one")
 		}
-		return l.limit
+		return allowed
 	}
 	l.limit = flushed
 	return flushed
 }
 
-// Limit returns the recorded limit.
-func (l *Ledger) Limit() pglogrepl.LSN { return l.limit }
+// Refresh reloads the limit from the record: another relay on the same
+// slot (this one was its standby) raised it while it was active.
+func (l *Ledger) Refresh(ctx context.Context) error {
+	rec, err := l.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if !rec.Exists {
+		return errors.New("the relay's record of its slot disappeared")
+	}
+	l.limit = max(l.limit, rec.Limit)
+	return nil
+}
+
+// Allowed returns the newest position the relay may have confirmed: the
+// recorded limit plus Slack.
+func (l *Ledger) Allowed() pglogrepl.LSN { return l.limit + Slack }

@@ -89,7 +89,7 @@ func Decide(s SlotState) (Action, error) {
 			What: fmt.Sprintf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN),
 			Fix:  reconcileFix,
 		}
-	case s.Confirmed > r.Limit:
+	case s.Confirmed > r.Limit+Slack:
 		return 0, &GapError{
 			What: fmt.Sprintf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit),
 			Fix:  reconcileFix,

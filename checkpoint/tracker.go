@@ -20,21 +20,19 @@ import (
 // Tracker is the LSN bookkeeping of one relay process. It is not safe for
 // concurrent use: the replication goroutine owns it.
 type Tracker struct {
-	last      decode.Position // newest event handed to the sink
-	hasLast   bool
-	lastSeq   uint64 // the sink's sequence number for it
-	marks     []mark // pending confirmable points, oldest first
-	head      int    // marks[:head] are consumed
-	flushed   pglogrepl.LSN
-	committed pglogrepl.LSN // newest confirmable end of a transaction
+	last    decode.Position // newest event handed to the sink
+	hasLast bool
+	lastSeq uint64 // the sink's sequence number for it
+	marks   []mark // pending confirmable points, oldest first
+	head    int    // marks[:head] are consumed
+	flushed pglogrepl.LSN
 }
 
 // mark is a position that becomes confirmable once the sink has
 // acknowledged every sequence number up to and including seq.
 type mark struct {
-	seq    uint64
-	lsn    pglogrepl.LSN
-	commit bool // the end of a transaction, not a keepalive
+	seq uint64
+	lsn pglogrepl.LSN
 }
 
 // NewTracker returns a Tracker that starts confirming at flushed (the
@@ -65,47 +63,36 @@ func (t *Tracker) Last() decode.Position { return t.last }
 
 // Commit records that every event of the transaction ending at end has been
 // handed to the sink.
-func (t *Tracker) Commit(end pglogrepl.LSN) { t.mark(end, true) }
+func (t *Tracker) Commit(end pglogrepl.LSN) { t.mark(end) }
 
 // Idle records a keepalive's WAL end received while no transaction was
 // open: everything the server sent before it has been handed over, so it
 // is confirmable once those events are acknowledged. This is what keeps
 // the slot moving while the outbox is idle and other tables are busy.
-func (t *Tracker) Idle(walEnd pglogrepl.LSN) { t.mark(walEnd, false) }
+func (t *Tracker) Idle(walEnd pglogrepl.LSN) { t.mark(walEnd) }
 
-func (t *Tracker) mark(lsn pglogrepl.LSN, commit bool) {
+func (t *Tracker) mark(lsn pglogrepl.LSN) {
 	if n := len(t.marks); n > t.head && t.marks[n-1].seq == t.lastSeq {
 		// Nothing was handed over since the previous mark: it moves forward
 		// instead of queueing, so marks stay bounded by events in flight.
-		if m := &t.marks[n-1]; lsn > m.lsn {
-			m.lsn = lsn
-			m.commit = m.commit || commit
-		}
+		t.marks[n-1].lsn = max(t.marks[n-1].lsn, lsn)
 		return
 	}
 	if t.head > 0 && t.head == len(t.marks) {
 		t.marks, t.head = t.marks[:0], 0
 	}
-	t.marks = append(t.marks, mark{seq: t.lastSeq, lsn: lsn, commit: commit})
+	t.marks = append(t.marks, mark{seq: t.lastSeq, lsn: lsn})
 }
 
 // Flushed returns the newest LSN that is safe to confirm when the sink has
 // acknowledged every sequence number up to ackedThrough.
 func (t *Tracker) Flushed(ackedThrough uint64) pglogrepl.LSN {
 	for t.head < len(t.marks) && t.marks[t.head].seq <= ackedThrough {
-		m := t.marks[t.head]
-		t.flushed = max(t.flushed, m.lsn)
-		if m.commit {
-			t.committed = max(t.committed, m.lsn)
-		}
+		t.flushed = max(t.flushed, t.marks[t.head].lsn)
 		t.head++
 	}
 	return t.flushed
 }
-
-// Committed returns the newest confirmable position that ends a
-// transaction (as opposed to a keepalive), as of the last Flushed call.
-func (t *Tracker) Committed() pglogrepl.LSN { return t.committed }
 
 // Pending returns how many confirmable points wait for acknowledgements.
 func (t *Tracker) Pending() int { return len(t.marks) - t.head }

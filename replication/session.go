@@ -151,7 +151,9 @@ func (s *session) offer(ctx context.Context, ev *decode.Event) error {
 				return nil
 			}
 		case <-tick.C:
-			if err := s.tick(ctx, false); err != nil {
+			// Not reading means not seeing the server's keepalive requests:
+			// report every second, so no wal_sender_timeout can expire.
+			if err := s.sendStatus(s.h.Flushed(ctx, false), time.Now()); err != nil {
 				return err
 			}
 			if s.serverStopping(ctx) {

@@ -412,7 +412,7 @@ func failureReason(err error) string {
 	switch {
 	case errors.Is(err, ErrAckTimeout):
 		return "timeout"
-	case errors.Is(err, ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
+	case disconnected(err):
 		return "disconnected"
 	case errors.Is(err, ErrNoResponders):
 		return "no_responders"

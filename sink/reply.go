@@ -62,11 +62,17 @@ func Hint(err error) string {
 		return "the stream is full or cannot store (limits with discard=new, or disk): raise max_msgs/max_bytes or free space; the relay retries until it has room"
 	case errors.Is(err, ErrNoResponders):
 		return "check that JetStream is enabled and the stream exists; the relay retries"
-	case errors.Is(err, ErrAckTimeout), errors.Is(err, ErrDisconnected):
+	case errors.Is(err, ErrAckTimeout), disconnected(err):
 		return "the relay republishes with the same Nats-Msg-Id once NATS answers again"
 	default:
 		return "the relay retries with backoff"
 	}
+}
+
+// disconnected reports whether err means the connection to NATS is down.
+func disconnected(err error) bool {
+	return errors.Is(err, ErrDisconnected) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // reply is a parsed PubAck.

@@ -81,7 +81,9 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	// The relay runs until the demo ends; its SIGTERM path drains and confirms.
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- runRelay(relayCtx, cfg, log.With().Str("side", "relay").Logger(), prometheus.NewRegistry()) }()
+	go func() {
+		relayDone <- runRelay(relayCtx, cfg, log.With().Str("side", "relay").Logger(), prometheus.NewRegistry())
+	}()
 	demoErr := c.demo(ctx, pool, natsURL, cfg.names, relayDone)
 	stopRelay()
 	relayErr := <-relayDone

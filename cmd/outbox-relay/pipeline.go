@@ -42,15 +42,7 @@ func (p *pipeline) Commit(end pglogrepl.LSN) { p.tracker.Commit(end) }
 func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
 
 func (p *pipeline) Flushed(ctx context.Context, final bool) pglogrepl.LSN {
-	flushed := p.tracker.Flushed(p.pub.AckedThrough())
-	urgency := checkpoint.Routine
-	switch {
-	case final:
-		urgency = checkpoint.Final
-	case p.tracker.Committed() > p.ledger.Limit():
-		urgency = checkpoint.EventsWaiting
-	}
-	return p.ledger.Confirmable(ctx, flushed, urgency)
+	return p.ledger.Confirmable(ctx, p.tracker.Flushed(p.pub.AckedThrough()), final)
 }
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }

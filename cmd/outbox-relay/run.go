@@ -10,9 +10,9 @@ import (
 )
 
 type runCmd struct {
-	pgFlags   `embed:""`
-	natsFlags `embed:""`
-	nameFlags `embed:""`
+	pgFlags    `embed:""`
+	natsFlags  `embed:""`
+	nameFlags  `embed:""`
 	relayFlags `embed:""`
 }
 

@@ -131,14 +131,28 @@ func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *
 	return point, nil
 }
 
-// publishExisting publishes the table's unprocessed rows, oldest first.
+// publishExisting publishes the table's unprocessed rows. Their WAL order
+// is out of reach (it may predate the slot by years), so they go out in
+// the best order Postgres still knows: commit timestamps when
+// track_commit_timestamp is on, then created_at (the order the seed's
+// polling relay used), then physical order, which keeps the rows of one
+// transaction in insertion order.
 func publishExisting(ctx context.Context, tx pgx.Tx, table decode.Table, cols map[string]string, pipe *pipeline) (int, error) {
 	created := "NULL"
+	order := "ctid"
 	if _, ok := cols[decode.ColumnCreatedAt]; ok {
 		created = "created_at::text"
+		order = "created_at, ctid"
+	}
+	var commitTS string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')`).Scan(&commitTS); err != nil {
+		return 0, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	if commitTS == "on" {
+		order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
 	}
 	rows, err := tx.Query(ctx, `SELECT id::text, aggregate_type::text, aggregate_id::text, event_type::text, payload::text, `+created+`
-		FROM `+table.Quoted()+` WHERE processed_at IS NULL ORDER BY `+orderColumn(cols)+`, id`)
+		FROM `+table.Quoted()+` WHERE processed_at IS NULL ORDER BY `+order)
 	if err != nil {
 		return 0, fmt.Errorf("read the unprocessed rows of %s: %w", table, err)
 	}
@@ -162,21 +176,17 @@ func publishExisting(ctx context.Context, tx pgx.Tx, table decode.Table, cols ma
 	return n, nil
 }
 
-func orderColumn(cols map[string]string) string {
-	if _, ok := cols[decode.ColumnCreatedAt]; ok {
-		return decode.ColumnCreatedAt
-	}
-	return "id"
-}
-
 // vetSlot checks, before each replication session, that the slot is still
 // the one the relay confirms: never beyond what the ledger allowed.
 func (s *starter) vetSlot(ledger *checkpoint.Ledger) func(context.Context, replication.SlotInfo) error {
 	return func(ctx context.Context, info replication.SlotInfo) error {
-		if info.ConfirmedFlush > ledger.Limit() {
+		if err := ledger.Refresh(ctx); err != nil {
+			return err
+		}
+		if info.ConfirmedFlush > ledger.Allowed() {
 			return &replication.FatalError{
 				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else",
-					s.cfg.names.slot, info.ConfirmedFlush, ledger.Limit()),
+					s.cfg.names.slot, info.ConfirmedFlush, ledger.Allowed()),
 				Hint: "events in between may be missing from the stream: run `outbox-relay verify`",
 			}
 		}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// TestEndToEnd: rows already in the table at the first start, one-row
+// transactions, a 1,000-row transaction and concurrent writers all arrive
+// once each, in commit order, with the right subject, headers and body;
+// rolled-back work never arrives; SIGTERM drains and exits 0.
+func TestEndToEnd(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	before := env.Tx(relaytest.NewRow("order", "1", "order.created", `{"n": 1}`), relaytest.NewRow("order", "1", "order.paid", `{"n": 2}`))
+
+	relay := startRelay(t, env)
+	relay.WaitLog("streaming from the slot", 30*time.Second)
+
+	single := env.Tx(relaytest.NewRow("order", "42", "order.created", `{"total": 10.5, "items": ["a", "b"]}`))[0]
+	big := make([]relaytest.Row, 1000)
+	for i := range big {
+		big[i] = relaytest.NewRow("invoice", "7", "line.added", `{"line": `+strconv.Itoa(i)+`}`)
+	}
+	bigIDs := env.Tx(big...)
+
+	// Rolled back explicitly, and aborted by an error mid-transaction.
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rolledBack, aborted string
+	if err := tx.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('x','1','rolled.back','{}') RETURNING id::text`).Scan(&rolledBack); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('x','1','aborted','{}') RETURNING id::text`).Scan(&aborted); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1/0`); err == nil {
+		t.Fatal("division by zero succeeded")
+	}
+	_ = tx.Rollback(ctx)
+
+	w := &relaytest.Workload{Writers: 4, MaxTxRows: 5, Aggregates: 20, RollbackEvery: 4}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Run(wctx, env, 600); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitRows(time.Minute)
+	rep := env.Check()
+	if want := len(before) + 1 + len(bigIDs) + len(w.Committed()); rep.Rows != want || rep.Messages != want {
+		t.Errorf("rows %d, messages %d, want %d of each", rep.Rows, rep.Messages, want)
+	}
+	stored := storedByID(t, env)
+	for _, id := range append(w.Aborted(), rolledBack, aborted) {
+		if _, ok := stored[id]; ok {
+			t.Errorf("rolled-back event %s was published", id)
+		}
+	}
+	// The 1,000 rows of one transaction arrive contiguous and in order.
+	for i := 1; i < len(bigIDs); i++ {
+		if stored[bigIDs[i]].Sequence != stored[bigIDs[i-1]].Sequence+1 {
+			t.Fatalf("row %d of the big transaction is not right after row %d", i, i-1)
+		}
+	}
+	// The rows present at the first start come first.
+	if stored[before[0]].Sequence != 1 || stored[before[1]].Sequence != 2 {
+		t.Errorf("pre-existing rows at seq %d, %d; want 1, 2", stored[before[0]].Sequence, stored[before[1]].Sequence)
+	}
+
+	m := stored[single]
+	if m.Subject != "outbox.order.order%2Ecreated" {
+		t.Errorf("subject = %q", m.Subject)
+	}
+	var payload, created string
+	if err := env.Pool.QueryRow(ctx, `SELECT payload::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM outbox_events WHERE id = $1`, single).Scan(&payload, &created); err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != payload {
+		t.Errorf("body = %q, want the row's payload %q", m.Data, payload)
+	}
+	want := map[string]string{
+		sink.HeaderMsgID: single, sink.HeaderAggregateType: "order", sink.HeaderAggregateID: "42",
+		sink.HeaderEventType: "order.created", sink.HeaderTxnIndex: "0",
+	}
+	for k, v := range want {
+		if got := m.Header.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	if got := m.Header.Get(sink.HeaderCreatedAt); !strings.HasPrefix(got, strings.TrimRight(strings.TrimSuffix(created, "Z"), "0")) || !strings.HasSuffix(got, "Z") {
+		t.Errorf("Outbox-Created-At = %q, want %s in RFC 3339 UTC", got, created)
+	}
+	if lsn := m.Header.Get(sink.HeaderCommitLSN); !strings.Contains(lsn, "/") {
+		t.Errorf("Outbox-Commit-Lsn = %q", lsn)
+	}
+
+	relay.Term()
+	if code := relay.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0", code)
+	}
+	if !strings.Contains(relay.Logs(), "drained; confirmed the final position") {
+		t.Error("no final status update logged")
+	}
+	slot := env.SlotInfo()
+	if slot.Active {
+		t.Error("slot still active after the relay exited")
+	}
+	if slot.LagBytes > 1<<20 {
+		t.Errorf("slot lag after a clean stop = %d bytes", slot.LagBytes)
+	}
+}
+
+// storedByID reads every message of the stream, keyed by Nats-Msg-Id.
+func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStreamMsg {
+	t.Helper()
+	out := map[string]*jetstream.RawStreamMsg{}
+	stream := env.StreamHandle(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get message %d: %v", seq, err)
+		}
+		out[m.Header.Get(sink.HeaderMsgID)] = m
+	}
+	return out
+}

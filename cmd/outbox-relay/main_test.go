@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// The relay under test is this test binary, re-executed: TestMain runs
+// main() when OUTBOX_RELAY_TEST_MAIN is set. The child is built with the
+// same flags (-race included) as the tests.
+var (
+	server   relaytest.Server
+	relayBin = relaytest.Binary{Path: os.Args[0], Env: []string{"OUTBOX_RELAY_TEST_MAIN=1"}}
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("OUTBOX_RELAY_TEST_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	var cluster *devenv.Postgres
+	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
+		server = relaytest.ExternalServer(url)
+	} else {
+		var err error
+		if cluster, err = relaytest.StartCluster(nil); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			os.Exit(1)
+		}
+		server = cluster
+	}
+	code := m.Run()
+	if cluster != nil {
+		cluster.Close()
+	}
+	os.Exit(code)
+}
+
+// newEnv is a test's own database and NATS server.
+func newEnv(t *testing.T) *relaytest.Env { return relaytest.NewEnv(t, server) }
+
+// startRelay runs the relay against env with extra flags.
+func startRelay(t *testing.T, env *relaytest.Env, extra ...string) *relaytest.Relay {
+	args := append([]string{"run"}, env.RelayArgs()...)
+	return relaytest.StartRelay(t, relayBin, append(args, extra...)...)
+}

@@ -1,0 +1,248 @@
+// Package relaytest is the support for tests that run the relay against
+// real servers: a private Postgres cluster, an embedded NATS server per
+// test, the relay as a child process, a write workload and the final
+// table-versus-stream check.
+package relaytest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// ClusterSettings are the Postgres settings of test clusters: a short
+// wal_sender_timeout so that a relay that stops answering is noticed in
+// seconds, room for many slots, and no fsync (crashes in these tests are
+// process kills, which lose nothing that was written).
+var ClusterSettings = map[string]string{
+	"wal_sender_timeout":    "5s",
+	"max_wal_senders":       "40",
+	"max_replication_slots": "40",
+	"max_connections":       "300",
+	"fsync":                 "off",
+	"full_page_writes":      "off",
+}
+
+// StartCluster starts a private cluster for a test binary. Without Postgres
+// server binaries it fails and says so: tests never skip for that.
+func StartCluster(settings map[string]string) (*devenv.Postgres, error) {
+	merged := map[string]string{}
+	for k, v := range ClusterSettings {
+		merged[k] = v
+	}
+	for k, v := range settings {
+		merged[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Settings: merged})
+	if err != nil {
+		return nil, fmt.Errorf("tests need a Postgres server: %w", err)
+	}
+	return pg, nil
+}
+
+// Server is a Postgres server tests create databases in.
+type Server interface {
+	// URL returns a superuser connection string for database db.
+	URL(db string) string
+}
+
+// ExternalServer is a server given by OUTBOX_TEST_PG_URL (any database on
+// it; the role must be allowed to create databases and slots).
+type ExternalServer string
+
+// URL replaces the database of the connection string.
+func (s ExternalServer) URL(db string) string {
+	cfg, err := pgx.ParseConfig(string(s))
+	if err != nil {
+		return string(s)
+	}
+	return fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Password, cfg.Host, cfg.Port, db)
+}
+
+// Env is one test's world: its own database in a shared cluster, its own
+// NATS server, the default names.
+type Env struct {
+	T        testing.TB
+	Cluster  Server
+	Database string
+	PGURL    string
+	Pool     *pgxpool.Pool
+	NATS     *devenv.NATS
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Table    decode.Table
+	Slot     string
+	Pub      string
+	Stream   string
+	Subject  string
+	DeadSubj string
+}
+
+var dbCounter atomic.Int64
+
+// NewEnv creates a database in cluster, applies the migrations and starts
+// an embedded NATS server. Everything is removed when the test ends.
+func NewEnv(t testing.TB, cluster Server) *Env {
+	t.Helper()
+	e := &Env{
+		T: t, Cluster: cluster,
+		Database: fmt.Sprintf("t%d_%d", os.Getpid(), dbCounter.Add(1)),
+		Table:    decode.Table{Schema: "public", Name: "outbox_events"},
+		Slot:     "outbox_relay", Pub: "outbox_pub", Stream: "OUTBOX",
+		Subject: "outbox.{aggregate_type}.{event_type}", DeadSubj: "outbox_dead_letter",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	if err != nil {
+		t.Fatalf("connect to the test cluster: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+e.Database); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	e.PGURL = cluster.URL(e.Database)
+	t.Cleanup(func() { e.dropDatabase() })
+	e.Pool = e.OpenPool()
+	e.Migrate()
+	e.StartNATS(devenv.NATSOptions{})
+	return e
+}
+
+// OpenPool opens a pool on the test database, closed at the end.
+func (e *Env) OpenPool() *pgxpool.Pool {
+	cfg, _, err := replication.ParseConnString(e.PGURL)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(pool.Close)
+	return pool
+}
+
+// Migrate applies the relay's migrations to the test database.
+func (e *Env) Migrate() {
+	cfg, err := pgx.ParseConfig(e.PGURL)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if _, err := migrations.Apply(context.Background(), cfg, migrations.Names{Table: e.Table, Publication: e.Pub}); err != nil {
+		e.T.Fatalf("migrate: %v", err)
+	}
+}
+
+// StartNATS starts the test's NATS server (replacing none).
+func (e *Env) StartNATS(opts devenv.NATSOptions) {
+	n, err := devenv.StartNATS(opts)
+	if err != nil {
+		e.T.Fatalf("start nats: %v", err)
+	}
+	e.NATS = n
+	e.T.Cleanup(n.Close)
+	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		e.T.Fatalf("connect to nats: %v", err)
+	}
+	e.T.Cleanup(nc.Close)
+	e.NC = nc
+	if e.JS, err = jetstream.New(nc); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+func (e *Env) dropDatabase() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, e.Cluster.URL("postgres"))
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	// Slots pin the database; drop them first (terminating their users).
+	_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, e.Database)
+	time.Sleep(100 * time.Millisecond)
+	_, _ = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, e.Database)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.Database+" WITH (FORCE)")
+}
+
+// ClusterLog returns the Postgres server log ("" for an external server).
+func (e *Env) ClusterLog() string {
+	if l, ok := e.Cluster.(interface{ Log() string }); ok {
+		return l.Log()
+	}
+	return ""
+}
+
+// RelayArgs are the flags that point a relay at this Env.
+func (e *Env) RelayArgs() []string {
+	return []string{
+		"--pg-url", e.PGURL, "--nats-url", e.NATS.URL(),
+		"--slot", e.Slot, "--publication", e.Pub, "--table", e.Table.String(),
+		"--stream", e.Stream, "--subject", e.Subject, "--dead-letter-subject", e.DeadSubj,
+		"--metrics-addr", "", "--log-format", "json",
+	}
+}
+
+// Exec runs SQL on the test database.
+func (e *Env) Exec(sql string, args ...any) {
+	e.T.Helper()
+	if _, err := e.Pool.Exec(context.Background(), sql, args...); err != nil {
+		e.T.Fatalf("%s: %v", firstLine(sql), err)
+	}
+}
+
+// StreamHandle opens the relay's stream, waiting for it to exist.
+func (e *Env) StreamHandle(timeout time.Duration) jetstream.Stream {
+	e.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := e.JS.Stream(ctx, e.Stream)
+		cancel()
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("stream %s did not appear within %s: %v", e.Stream, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SlotInfo reads the test slot.
+func (e *Env) SlotInfo() replication.SlotInfo {
+	e.T.Helper()
+	info, err := replication.LookupSlot(context.Background(), e.Pool, e.Slot)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return info
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i > 0 {
+		return s[:i]
+	}
+	return s
+}

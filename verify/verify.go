@@ -1,0 +1,203 @@
+// Package verify compares what Postgres committed with what the stream
+// holds: committed outbox rows missing from the stream, messages whose id
+// is not a committed row, ids stored more than once, and events of one
+// aggregate stored out of commit order.
+//
+// The table only ever holds committed rows, so "committed" is simply
+// "in the table". Messages are matched to rows by Nats-Msg-Id (a
+// dead-letter message counts as its event being delivered). Order is
+// checked per aggregate with the commit position each message carries
+// (Outbox-Commit-Lsn, Outbox-Txn-Index).
+package verify
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Options selects what to compare.
+type Options struct {
+	Table decode.Table
+	// Subjects are the stream subjects the relay publishes on: the
+	// template's filter and the dead-letter subject.
+	Subjects []string
+	// Since and Until bound created_at of the rows (and Outbox-Created-At of
+	// the messages) compared; zero means unbounded.
+	Since, Until time.Time
+}
+
+// Report is the outcome of a comparison.
+type Report struct {
+	Rows        int // committed rows compared
+	Messages    int // stream messages compared
+	DeadLetters int // of which dead-letter messages
+	// Missing are committed row ids with no message.
+	Missing []string
+	// Extra are message ids that match no committed row (a rolled-back
+	// event, or a row deleted since).
+	Extra []string
+	// Duplicates maps ids stored more than once to their count.
+	Duplicates map[string]int
+	// OrderViolations are events stored after a later event of their
+	// aggregate.
+	OrderViolations []Violation
+}
+
+// Violation is one event stored out of order within its aggregate.
+type Violation struct {
+	Aggregate string
+	EventID   string
+	After     string // the event of the same aggregate stored before it but committed after it
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("aggregate %s: event %s stored after %s, which committed later", v.Aggregate, v.EventID, v.After)
+}
+
+// OK reports whether nothing is missing, extra, duplicated or reordered.
+func (r Report) OK() bool {
+	return len(r.Missing) == 0 && len(r.Extra) == 0 && len(r.Duplicates) == 0 && len(r.OrderViolations) == 0
+}
+
+// Run compares the table with the stream.
+func Run(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, opts Options) (Report, error) {
+	rows, err := committedIDs(ctx, pool, opts)
+	if err != nil {
+		return Report{}, err
+	}
+	r := Report{Rows: len(rows), Duplicates: map[string]int{}}
+	seen := make(map[string]int, len(rows))
+	last := map[string]lastOf{}
+	err = Messages(ctx, stream, opts.Subjects, func(m *jetstream.RawStreamMsg) {
+		ev, ok := sink.ParseStored(m)
+		if !ok || !inRange(m.Header.Get(sink.HeaderCreatedAt), opts) {
+			return
+		}
+		r.Messages++
+		if ev.DeadLetter {
+			r.DeadLetters++
+		}
+		seen[ev.ID]++
+		if seen[ev.ID] > 1 {
+			r.Duplicates[ev.ID] = seen[ev.ID]
+			return
+		}
+		agg := m.Header.Get(sink.HeaderAggregateType) + "/" + m.Header.Get(sink.HeaderAggregateID)
+		if prev, ok := last[agg]; ok && ev.Position.Less(prev.pos) {
+			r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
+		} else {
+			last[agg] = lastOf{id: ev.ID, pos: ev.Position}
+		}
+	})
+	if err != nil {
+		return r, err
+	}
+	for id := range rows {
+		if seen[id] == 0 {
+			r.Missing = append(r.Missing, id)
+		}
+	}
+	for id := range seen {
+		if _, ok := rows[id]; !ok {
+			r.Extra = append(r.Extra, id)
+		}
+	}
+	return r, nil
+}
+
+type lastOf struct {
+	id  string
+	pos decode.Position
+}
+
+func committedIDs(ctx context.Context, pool *pgxpool.Pool, opts Options) (map[string]struct{}, error) {
+	q := `SELECT id::text FROM ` + opts.Table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND ($2::timestamptz IS NULL OR created_at < $2)`
+	rows, err := pool.Query(ctx, q, nullTime(opts.Since), nullTime(opts.Until))
+	if err != nil {
+		return nil, fmt.Errorf("read committed rows of %s: %w", opts.Table, err)
+	}
+	ids := map[string]struct{}{}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		ids[id] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read committed rows of %s: %w", opts.Table, err)
+	}
+	return ids, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func inRange(createdAt string, opts Options) bool {
+	if opts.Since.IsZero() && opts.Until.IsZero() {
+		return true
+	}
+	t, err := time.Parse(time.RFC3339Nano, createdAt)
+	if err != nil {
+		return false
+	}
+	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until))
+}
+
+// Messages calls fn for every message on subjects stored in the stream up
+// to its last sequence at the time of the call, in stream order.
+func Messages(ctx context.Context, stream jetstream.Stream, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read stream info: %w", err)
+	}
+	lastSeq := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
+	if err != nil {
+		return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+	}
+	for {
+		batch, err := cons.FetchNoWait(1000)
+		if err != nil {
+			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			if meta.Sequence.Stream > lastSeq {
+				return nil
+			}
+			fn(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
+			if meta.Sequence.Stream == lastSeq {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+		}
+		if n == 0 {
+			// Nothing left that matches the subjects.
+			pending, err := cons.Info(ctx)
+			if err != nil || pending.NumPending == 0 {
+				return err
+			}
+		}
+	}
+}
