@@ -255,3 +255,47 @@ func TestPositionOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestCapturedStream decodes bytes captured from Postgres 15 (written by
+// replication's TestRealPgoutputBytes -update): four events, three ignored
+// changes, an insert into another table, a rolled-back transaction absent.
+func TestCapturedStream(t *testing.T) {
+	streams := capturedStreams(t)
+	if len(streams) == 0 {
+		t.Fatal("no captured streams in testdata/captured")
+	}
+	for _, msgs := range streams {
+		d := NewDecoder(outbox)
+		var events []Event
+		var ignored, commits int
+		for i, m := range msgs {
+			got, err := d.Decode(m)
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			switch got.Kind {
+			case KindEvent:
+				events = append(events, got.Event)
+			case KindIgnored:
+				ignored++
+			case KindCommit:
+				commits++
+			}
+		}
+		if len(events) != 4 || ignored != 3 || commits != 6 {
+			t.Fatalf("decoded %d events, %d ignored changes, %d commits; want 4, 3, 6", len(events), ignored, commits)
+		}
+		if events[0].ID != "11111111-1111-1111-1111-111111111111" || events[0].CreatedAt != "2026-12-02T11:36:09.123456Z" ||
+			string(events[0].Payload) != `{"b": [1, 2], "total": 10}` {
+			t.Errorf("first event %+v", events[0])
+		}
+		if events[2].EventType != "order.shipped" || string(events[2].Payload) != `{"x": "é"}` || events[2].Position.Index != 1 {
+			t.Errorf("third event %+v", events[2])
+		}
+		for _, e := range events {
+			if e.EventType == "rolled.back" {
+				t.Error("a rolled-back insert was decoded")
+			}
+		}
+	}
+}

@@ -194,6 +194,9 @@ func findBinDir(dir string) (string, error) {
 		return dir, nil
 	}
 	if path, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real
+		}
 		return filepath.Dir(path), nil
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// runCLI runs one outbox-relay command to completion.
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(relayBin.Path, args...)
+	cmd.Env = append(cmd.Environ(), relayBin.Env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestMigrateAndLeastPrivilege: migrate is idempotent, creates a role that
+// can run the relay with nothing more than it needs, and status reports
+// the slot and the last event.
+func TestMigrateAndLeastPrivilege(t *testing.T) {
+	env := newEnv(t) // already migrated once
+	out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--relay-role", "relay_role", "--log-format", "json")
+	if err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "already up to date") || !strings.Contains(out, "role ready") {
+		t.Errorf("second migrate output:\n%s", out)
+	}
+	var super bool
+	if err := env.Pool.QueryRow(t.Context(), `SELECT rolsuper FROM pg_roles WHERE rolname = 'relay_role'`).Scan(&super); err != nil || super {
+		t.Fatalf("relay_role: superuser %v, %v", super, err)
+	}
+
+	args := append(env.RelayArgs(), "--pg-url", strings.Replace(env.PGURL, "postgres://postgres@", "postgres://relay_role@", 1))
+	relay := relaytest.StartRelay(t, relayBin, append([]string{"run"}, args...)...)
+	relay.WaitLog("streaming from the slot", 30*time.Second)
+	id := env.Tx(relaytest.NewRow("order", "7", "created", `{"ok": true}`))[0]
+	env.WaitStored(1, 30*time.Second)
+	env.Check()
+
+	out, err = runCLI(t, "status", "--pg-url", env.PGURL, "--nats-url", env.NATS.URL(), "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st statusReport
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if !st.Exists || !st.Active || st.WALStatus != "reserved" || st.LastEvent == nil || st.LastEvent.ID != id || st.StreamMessages != 1 {
+		t.Errorf("status = %+v", st)
+	}
+	out, err = runCLI(t, "status", "--pg-url", env.PGURL, "--nats-url", env.NATS.URL())
+	if err != nil || !strings.Contains(out, "active             yes, pid") || !strings.Contains(out, id) {
+		t.Errorf("status text (%v):\n%s", err, out)
+	}
+}
+
+// TestDevCommand runs the README's first command end to end: a throwaway
+// Postgres, an embedded NATS, the relay and demo orders, then a clean exit
+// that removes the temporary data.
+func TestDevCommand(t *testing.T) {
+	out, err := runCLI(t, "dev", "--count", "5", "--rate", "20", "--metrics-addr", "", "--log-format", "json")
+	if err != nil {
+		t.Fatalf("dev: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "5 orders written, 5 events received") || strings.Count(out, "event order.created") != 5 {
+		t.Errorf("dev output:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "postgres  throwaway cluster") {
+			dir := line[strings.Index(line, "(data in ")+len("(data in ") : strings.Index(line, ", removed")]
+			if _, err := exec.Command("test", "-e", dir).CombinedOutput(); err == nil {
+				t.Errorf("dev left its Postgres data in %s", dir)
+			}
+		}
+	}
+}
