@@ -349,6 +349,10 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 	// Any attempt's PubAck means the message is stored.
 	s.state = acked
 	p.metrics.AckLatency.Observe(time.Since(s.sentAt).Seconds())
+	if e := p.log.Debug(); e.Enabled() {
+		e.Str("event_id", s.ev.ID).Str("event_type", s.ev.EventType).Str("aggregate_id", s.ev.AggregateID).
+			Str("lsn", formatLSN(s.ev.Position.CommitLSN)).Uint64("stream_seq", r.streamSeq).Bool("duplicate", r.duplicate).Msg("stored")
+	}
 	switch {
 	case r.duplicate:
 		p.metrics.Duplicates.Inc()
