@@ -31,14 +31,33 @@ type Record struct {
 
 // Store reads and writes the relay's record of one slot.
 type Store struct {
-	pool  *pgxpool.Pool
-	table string
-	slot  string
+	pool        *pgxpool.Pool
+	table       string
+	deadLetters string
+	slot        string
 }
 
-// NewStore returns the Store for slot, with its table in schema.
+// DeadLettersTable is the table, in the outbox table's schema, that lists
+// the events the relay sent to the dead-letter subject.
+const DeadLettersTable = "outbox_relay_dead_letters"
+
+// NewStore returns the Store for slot, with its tables in schema.
 func NewStore(pool *pgxpool.Pool, schema, slot string) *Store {
-	return &Store{pool: pool, table: pgx.Identifier{schema, RecordsTable}.Sanitize(), slot: slot}
+	return &Store{pool: pool, slot: slot,
+		table:       pgx.Identifier{schema, RecordsTable}.Sanitize(),
+		deadLetters: pgx.Identifier{schema, DeadLettersTable}.Sanitize()}
+}
+
+// RecordDeadLetter lists an event the relay sent to the dead-letter
+// subject, with the reason; the dead-letter view shows its row.
+func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, commitLSN pglogrepl.LSN) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.deadLetters+` (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
+		ON CONFLICT (event_id) DO UPDATE SET reason = EXCLUDED.reason, commit_lsn = EXCLUDED.commit_lsn,
+			dead_lettered_at = now(), retried_at = NULL`, eventID, reason, commitLSN.String())
+	if err != nil {
+		return fmt.Errorf("record dead letter %s: %w", eventID, err)
+	}
+	return nil
 }
 
 // Load reads the record; Record.Exists is false when there is none.

@@ -50,9 +50,10 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
 	// before the final status update (default 10s).
 	DrainTimeout time.Duration
-	// VetSlot, when set, is asked before each session whether the slot is
-	// still the relay's own (for example, not dropped and recreated).
-	VetSlot func(ctx context.Context, slot SlotInfo) error
+	// BeforeSession, when set, runs before each session with the slot as it
+	// is then: the relay checks it is still its own (not dropped and
+	// recreated) and learns what of the replay the stream already holds.
+	BeforeSession func(ctx context.Context, slot SlotInfo) error
 }
 
 func (c *Config) setDefaults() {
@@ -159,8 +160,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
 		return err
 	}
-	if s.cfg.VetSlot != nil {
-		if err := s.cfg.VetSlot(ctx, info); err != nil {
+	if s.cfg.BeforeSession != nil {
+		if err := s.cfg.BeforeSession(ctx, info); err != nil {
 			return err
 		}
 	}

@@ -116,12 +116,7 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 // along when it fits in maxSize together with the headers.
 func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, reason string, maxSize int) {
 	w.reset(subject, reply, nil)
-	id := ev.ID
-	if decode.CheckID(id) != "" {
-		// Not usable as a message id: name the event by its WAL position.
-		id = ev.Position.String()
-	}
-	w.set(HeaderMsgID, DeadLetterMsgIDPrefix+id)
+	w.set(HeaderMsgID, deadLetterMsgID(ev))
 	w.set(HeaderDeadLetterReason, truncateValue(reason))
 	w.set(HeaderOriginalSubject, original)
 	encoded := w.setEncoded(HeaderEventID, truncateValue(ev.ID), nil)
@@ -154,6 +149,15 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	if len(encoded) > 0 {
 		w.set(HeaderPercentEncoded, strings.Join(encoded, ","))
 	}
+}
+
+// deadLetterMsgID is the Nats-Msg-Id of ev's dead letter. An id that cannot
+// be a message id is replaced by the event's WAL position.
+func deadLetterMsgID(ev *decode.Event) string {
+	if decode.CheckID(ev.ID) != "" {
+		return DeadLetterMsgIDPrefix + ev.Position.String()
+	}
+	return DeadLetterMsgIDPrefix + ev.ID
 }
 
 // truncateValue keeps dead-letter diagnostics small enough for a header.

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
 // Config configures a Publisher.
@@ -32,6 +34,15 @@ type Config struct {
 	// MaxMessageSize is the largest message (headers and payload) the stream
 	// accepts; 0 means the server's max_payload.
 	MaxMessageSize int
+	// Stream, when set, is read after an outage: events it already holds
+	// are not published again, whatever the dedup window.
+	Stream jetstream.Stream
+	// StartSeq is the stream's last sequence when the relay started; later
+	// messages are candidates for that check until the first PubAck.
+	StartSeq uint64
+	// RecordDeadLetter, when set, records a dead-lettered event (in
+	// Postgres) before it counts as settled. It is retried until it succeeds.
+	RecordDeadLetter func(ctx context.Context, ev *decode.Event, reason string) error
 }
 
 func (c *Config) setDefaults() {
@@ -84,6 +95,11 @@ type Publisher struct {
 	bytes    int    // payload bytes held by unsettled slots
 	healthy  bool   // false from a failure until recovery resent everything
 	problem  error  // the failure that started the current outage
+	// lastStreamSeq is the newest stream sequence a PubAck reported.
+	lastStreamSeq uint64
+	recordQ       []uint64 // dead letters stored in NATS, waiting for their record
+
+	recordLogs *retry.LogLimiter
 
 	acked atomic.Uint64 // every sequence number <= acked is settled
 	room  chan struct{} // a slot was freed
@@ -93,10 +109,11 @@ type Publisher struct {
 type slotState uint8
 
 const (
-	queued slotState = iota // waiting to be sent (again)
-	sent                    // on the wire, waiting for its reply
-	acked                   // stored by JetStream (or found to be stored already)
-	failed                  // error reply, timeout or disconnect: to be sent again
+	queued    slotState = iota // waiting to be sent (again)
+	sent                       // on the wire, waiting for its reply
+	recording                  // a dead letter stored by JetStream, its Postgres record pending
+	acked                      // stored by JetStream (or found to be stored already), and recorded
+	failed                     // error reply, timeout or disconnect: to be sent again
 )
 
 type slot struct {
@@ -134,6 +151,8 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		healthy: true,
 		room:    make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
+
+		recordLogs: retry.NewLogLimiter(),
 	}
 	p.sendNext = 1
 	p.maxSize = int(nc.MaxPayload())
@@ -224,7 +243,7 @@ func (p *Publisher) sendQueued(probe bool) {
 		}
 		s := &p.ring[p.sendNext&p.mask]
 		p.sendNext++
-		if s.state == acked {
+		if s.state == acked || s.state == recording {
 			p.mu.Unlock()
 			continue
 		}
@@ -244,6 +263,22 @@ func (p *Publisher) sendQueued(probe bool) {
 	}
 }
 
+// deadLetterReason returns why ev cannot be published as it is, given the
+// size of its message; "" when it can.
+func (p *Publisher) deadLetterReason(ev *decode.Event) string {
+	if ev.Problem != "" {
+		return ev.Problem
+	}
+	hs := headerSize(p.wire.msg.Header)
+	switch {
+	case hs+len(ev.Payload) > p.maxSize:
+		return fmt.Sprintf("message of %d bytes is larger than the %d bytes the server and stream accept", hs+len(ev.Payload), p.maxSize)
+	case hs > maxHeaderBytes:
+		return fmt.Sprintf("headers of %d bytes are larger than JetStream's %d", hs, maxHeaderBytes)
+	}
+	return ""
+}
+
 // write puts one message on the connection. An event that cannot be
 // published as it is (a Problem, or too large) goes to the dead-letter
 // subject instead: it is never sent as is.
@@ -251,14 +286,9 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 	replyTo := p.replySubject(seq, attempt)
 	subject := p.cfg.Subject.Render(ev)
 	if deadLetter == "" {
-		deadLetter = ev.Problem
-	}
-	if deadLetter == "" {
 		p.wire.fillEvent(ev, subject, replyTo)
-		if size := headerSize(p.wire.msg.Header) + len(ev.Payload); size > p.maxSize {
-			deadLetter = fmt.Sprintf("message of %d bytes is larger than the %d bytes the server and stream accept", size, p.maxSize)
-		} else if hs := headerSize(p.wire.msg.Header); hs > maxHeaderBytes {
-			deadLetter = fmt.Sprintf("headers of %d bytes are larger than JetStream's %d", hs, maxHeaderBytes)
+		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
+			p.markDeadLetter(seq, deadLetter)
 		}
 	}
 	if deadLetter != "" {
@@ -268,6 +298,16 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
 	}
 	return p.nc.PublishMsg(&p.wire.msg)
+}
+
+// markDeadLetter remembers why seq goes to the dead-letter subject, before
+// it is sent, so that its PubAck is taken for a dead letter's.
+func (p *Publisher) markDeadLetter(seq uint64, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := &p.ring[seq&p.mask]; s.seq == seq {
+		s.deadLetter = reason
+	}
 }
 
 func (p *Publisher) replySubject(seq uint64, attempt uint32) string {
@@ -332,7 +372,7 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 		return // settled and released already: a late reply
 	}
 	s := &p.ring[seq&p.mask]
-	if s.state == acked {
+	if s.state == acked || s.state == recording {
 		return
 	}
 	if r.err != nil {
@@ -347,7 +387,22 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 		return
 	}
 	// Any attempt's PubAck means the message is stored.
-	s.state = acked
+	p.storedLocked(s, r)
+}
+
+// storedLocked records that the stream holds slot s's message.
+func (p *Publisher) storedLocked(s *slot, r reply) {
+	p.lastStreamSeq = max(p.lastStreamSeq, r.streamSeq)
+	if s.deadLetter == "" && s.ev.Problem != "" {
+		s.deadLetter = s.ev.Problem
+	}
+	if s.deadLetter != "" && p.cfg.RecordDeadLetter != nil {
+		s.state = recording
+		p.recordQ = append(p.recordQ, s.seq)
+		signal(p.wake)
+	} else {
+		s.state = acked
+	}
 	p.metrics.AckLatency.Observe(time.Since(s.sentAt).Seconds())
 	if e := p.log.Debug(); e.Enabled() {
 		e.Str("event_id", s.ev.ID).Str("event_type", s.ev.EventType).Str("aggregate_id", s.ev.AggregateID).
@@ -356,7 +411,7 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 	switch {
 	case r.duplicate:
 		p.metrics.Duplicates.Inc()
-	case s.deadLetter != "" || s.ev.Problem != "":
+	case s.deadLetter != "":
 		p.metrics.DeadLettered.Inc()
 	default:
 		p.metrics.Published.Inc()

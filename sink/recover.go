@@ -2,9 +2,11 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
@@ -26,6 +28,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.expire(time.Now())
 		case <-p.wake:
 		}
+		p.recordDeadLetters(ctx)
 		if p.outage() {
 			p.recover(ctx, status, tick.C)
 		}
@@ -88,7 +91,9 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 				p.expire(now)
 			case <-p.wake:
 			}
+			p.recordDeadLetters(ctx)
 		}
+		p.reconcile(ctx)
 		if p.probe(ctx, status, tick) {
 			p.resume(attempt, time.Since(started))
 			return
@@ -125,7 +130,7 @@ func (p *Publisher) settled() bool {
 func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <-chan time.Time) bool {
 	p.mu.Lock()
 	p.sendNext = p.head
-	for p.sendNext < p.next && p.ring[p.sendNext&p.mask].state == acked {
+	for p.sendNext < p.next && (p.ring[p.sendNext&p.mask].state == acked || p.ring[p.sendNext&p.mask].state == recording) {
 		p.sendNext++
 	}
 	if p.sendNext == p.next {
@@ -153,6 +158,7 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 			p.expire(now)
 		case <-p.wake:
 		}
+		p.recordDeadLetters(ctx)
 	}
 }
 
@@ -168,4 +174,100 @@ func (p *Publisher) resume(attempts int, outage time.Duration) {
 	p.log.Info().AnErr("after", problem).Int("attempts", attempts).Dur("outage", outage.Round(time.Millisecond)).
 		Uint64("republishing", pending).Msg("JetStream accepts events again; republishing in order")
 	p.sendQueued(false)
+}
+
+// reconcile looks in the stream, before anything is republished, for the
+// unacknowledged events it already holds: their PubAcks were lost with a
+// connection, or timed out. Those count as stored and are not sent again,
+// so an outage longer than the stream's dedup window leaves no duplicates.
+func (p *Publisher) reconcile(ctx context.Context) {
+	if p.cfg.Stream == nil {
+		return
+	}
+	p.mu.Lock()
+	from := max(p.lastStreamSeq, p.cfg.StartSeq) + 1
+	want := map[string]uint64{}
+	for seq := p.head; seq < p.next; seq++ {
+		s := &p.ring[seq&p.mask]
+		if s.attempt == 0 || s.state == acked || s.state == recording {
+			continue
+		}
+		if s.deadLetter != "" || s.ev.Problem != "" {
+			want[deadLetterMsgID(&s.ev)] = seq
+		} else {
+			want[s.ev.ID] = seq
+		}
+	}
+	p.mu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := p.cfg.Stream.Info(rctx)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
+		return
+	}
+	// Others may publish to the stream too: read a bounded number of messages.
+	last := min(info.State.LastSeq, from+uint64(4*len(p.ring)))
+	found := 0
+	for seq := from; seq <= last && len(want) > 0; seq++ {
+		m, err := p.cfg.Stream.GetMsg(rctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
+			return
+		}
+		id := m.Header.Get(HeaderMsgID)
+		slotSeq, ok := want[id]
+		if !ok {
+			continue
+		}
+		delete(want, id)
+		p.mu.Lock()
+		if s := &p.ring[slotSeq&p.mask]; s.seq == slotSeq && s.state != acked && s.state != recording {
+			p.storedLocked(s, reply{streamSeq: seq})
+			found++
+		}
+		p.mu.Unlock()
+	}
+	if found > 0 {
+		p.log.Info().Int("events", found).Msg("found events in the stream whose PubAck was lost: not republishing them")
+	}
+}
+
+// recordDeadLetters writes the Postgres records of dead letters JetStream
+// stored; each counts as settled once recorded. A failed write is retried
+// on the next round.
+func (p *Publisher) recordDeadLetters(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		if len(p.recordQ) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		seq := p.recordQ[0]
+		s := &p.ring[seq&p.mask]
+		ev, reason := s.ev, s.deadLetter
+		p.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.cfg.RecordDeadLetter(rctx, &ev, reason)
+		cancel()
+		if err != nil {
+			if p.recordLogs.Allow() {
+				p.log.Warn().Err(err).Str("event_id", ev.ID).Msg("cannot record a dead letter in Postgres yet; retrying (the relay does not confirm past it meanwhile)")
+			}
+			return
+		}
+		p.mu.Lock()
+		p.recordQ = p.recordQ[1:]
+		if s.seq == seq && s.state == recording {
+			s.state = acked
+			p.advanceLocked()
+		}
+		p.mu.Unlock()
+	}
 }

@@ -157,47 +157,8 @@ func inRange(createdAt string, opts Options) bool {
 // Messages calls fn for every message on subjects stored in the stream up
 // to its last sequence at the time of the call, in stream order.
 func Messages(ctx context.Context, stream jetstream.Stream, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read stream info: %w", err)
-	}
-	lastSeq := info.State.LastSeq
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
-	if err != nil {
-		return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
-	}
-	for {
-		batch, err := cons.FetchNoWait(1000)
-		if err != nil {
-			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			if meta.Sequence.Stream > lastSeq {
-				return nil
-			}
-			fn(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
-			if meta.Sequence.Stream == lastSeq {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
-		}
-		if n == 0 {
-			// Nothing left that matches the subjects.
-			pending, err := cons.Info(ctx)
-			if err != nil || pending.NumPending == 0 {
-				return err
-			}
-		}
-	}
+	return sink.ForEach(ctx, stream, subjects, 1, func(m *jetstream.RawStreamMsg) bool {
+		fn(m)
+		return true
+	})
 }

@@ -19,11 +19,14 @@ type pipeline struct {
 	pub     *sink.Publisher
 	tracker *checkpoint.Tracker
 	ledger  *checkpoint.Ledger
+	// stored are the events of the replay the stream held when the
+	// current replication session started.
+	stored  *checkpoint.Stored
 	skipped prometheus.Counter
 }
 
 func (p *pipeline) Event(ev *decode.Event) bool {
-	if p.tracker.Seen(ev.Position) {
+	if p.tracker.Seen(ev.Position) || p.stored.Contains(ev.Position) {
 		p.skipped.Inc()
 		return true
 	}

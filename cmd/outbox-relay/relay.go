@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -78,11 +80,12 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 	if err != nil {
 		return fmt.Errorf("open JetStream: %w", err)
 	}
-	streamCfg, err := ensureStream(ctx, nc, js, cfg, log)
+	stream, err := ensureStream(ctx, nc, js, cfg, log)
 	if err != nil {
 		return err
 	}
 
+	store := checkpoint.NewStore(pool, cfg.names.table.Schema, cfg.names.slot)
 	sinkMetrics := sink.NewMetrics(reg)
 	pub, err := sink.NewPublisher(nc, sink.Config{
 		Subject:           cfg.names.subject,
@@ -90,7 +93,12 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 		Window:            cfg.window,
 		WindowBytes:       cfg.windowBytes,
 		AckTimeout:        cfg.ackTimeout,
-		MaxMessageSize:    int(streamCfg.MaxMsgSize),
+		MaxMessageSize:    int(stream.CachedInfo().Config.MaxMsgSize),
+		Stream:            stream,
+		StartSeq:          stream.CachedInfo().State.LastSeq,
+		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
+			return store.RecordDeadLetter(ctx, deadLetterKey(ev), reason, ev.Position.CommitLSN)
+		},
 	}, log.With().Str("component", "sink").Logger(), sinkMetrics)
 	if err != nil {
 		return err
@@ -103,21 +111,21 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 		Help: "Replayed events not published again because they were handed over or stored already.",
 	})
 	reg.MustRegister(skipped)
-	st := &starter{cfg: cfg, pool: pool, repl: replCfg, js: js, pub: pub, skipped: skipped, log: log}
+	st := &starter{cfg: cfg, pool: pool, repl: replCfg, stream: stream, store: store, pub: pub, skipped: skipped, log: log}
 	pipe, err := st.start(ctx)
 	if err != nil {
 		return err
 	}
 
 	replMetrics := replication.NewMetrics(reg)
-	stream, err := replication.NewStream(replication.Config{
+	wal, err := replication.NewStream(replication.Config{
 		Repl:           replCfg,
 		Slot:           cfg.names.slot,
 		Publication:    cfg.names.publication,
 		Table:          cfg.names.table,
 		StatusInterval: cfg.statusInterval,
 		DrainTimeout:   cfg.drainTimeout,
-		VetSlot:        st.vetSlot(pipe.ledger),
+		BeforeSession:  st.beforeSession(pipe),
 	}, pool, log.With().Str("component", "replication").Logger(), replMetrics)
 	if err != nil {
 		return err
@@ -126,7 +134,7 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 	bg.goRun("slot monitor", monitor.Run)
 	health.setReady(func() error {
 		switch {
-		case !stream.Streaming():
+		case !wal.Streaming():
 			return errors.New("not streaming from the replication slot")
 		case !nc.IsConnected():
 			return errors.New("not connected to NATS")
@@ -134,7 +142,7 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 		return nil
 	})
 
-	err = stream.Run(bg.ctx, pipe)
+	err = wal.Run(bg.ctx, pipe)
 	if cause := bg.failure(); cause != nil && err == nil {
 		err = cause
 	}
@@ -174,9 +182,18 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pg
 	}
 }
 
+// deadLetterKey names a dead-lettered event in Postgres: its id, or its WAL
+// position when it has no usable id.
+func deadLetterKey(ev *decode.Event) string {
+	if decode.CheckID(ev.ID) != "" {
+		return ev.Position.String()
+	}
+	return ev.ID
+}
+
 // ensureStream provisions the stream, waiting while NATS or JetStream is
 // unavailable; a stream that does not fit is a fatal error.
-func ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg relayConfig, log zerolog.Logger) (jetstream.StreamConfig, error) {
+func ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg relayConfig, log zerolog.Logger) (jetstream.Stream, error) {
 	spec := sink.StreamSpec{
 		Name:              cfg.names.stream,
 		Template:          cfg.names.subject,
@@ -187,20 +204,24 @@ func ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 	logs := retry.NewLogLimiter()
 	for {
 		if err := waitConnected(ctx, nc, cfg.nats.NATSURL, log); err != nil {
-			return jetstream.StreamConfig{}, err
+			return nil, err
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		sc, err := sink.EnsureStream(sctx, js, spec, log)
+		_, err := sink.EnsureStream(sctx, js, spec, log)
+		var stream jetstream.Stream
+		if err == nil {
+			stream, err = js.Stream(sctx, spec.Name)
+		}
 		cancel()
 		if err == nil || errors.Is(err, sink.ErrStreamConfig) {
-			return sc, err
+			return stream, err
 		}
 		if logs.Allow() {
 			log.Warn().Err(err).Str("stream", spec.Name).Msg("JetStream not available yet; retrying")
 		}
 		select {
 		case <-ctx.Done():
-			return jetstream.StreamConfig{}, context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		case <-time.After(bo.Next()):
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -25,7 +26,8 @@ type starter struct {
 	cfg     relayConfig
 	pool    *pgxpool.Pool
 	repl    *pgconn.Config
-	js      jetstream.JetStream
+	stream  jetstream.Stream
+	store   *checkpoint.Store
 	pub     *sink.Publisher
 	skipped prometheus.Counter
 	log     zerolog.Logger
@@ -33,7 +35,7 @@ type starter struct {
 
 func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	names := s.cfg.names
-	store := checkpoint.NewStore(s.pool, names.table.Schema, names.slot)
+	store := s.store
 	slot, err := replication.LookupSlot(ctx, s.pool, names.slot)
 	if err != nil {
 		return nil, err
@@ -47,11 +49,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	stream, err := s.js.Stream(ctx, names.stream)
-	if err != nil {
-		return nil, fmt.Errorf("open stream %q: %w", names.stream, err)
-	}
-	last, err := sink.LastEvent(ctx, stream, names.subject.Filter(), names.deadLetter)
+	last, err := sink.LastEvent(ctx, s.stream, names.subject.Filter(), names.deadLetter)
 	if err != nil {
 		return nil, err
 	}
@@ -176,20 +174,39 @@ func publishExisting(ctx context.Context, tx pgx.Tx, table decode.Table, cols ma
 	return n, nil
 }
 
-// vetSlot checks, before each replication session, that the slot is still
-// the one the relay confirms: never beyond what the ledger allowed.
-func (s *starter) vetSlot(ledger *checkpoint.Ledger) func(context.Context, replication.SlotInfo) error {
+// beforeSession runs before each replication session. It checks that the
+// slot is still the one the relay confirms (never beyond what the ledger
+// allowed), then reads which events of the coming replay the stream
+// already holds, so exactly those are skipped.
+func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SlotInfo) error {
+	names := s.cfg.names
 	return func(ctx context.Context, info replication.SlotInfo) error {
-		if err := ledger.Refresh(ctx); err != nil {
+		if err := pipe.ledger.Refresh(ctx); err != nil {
 			return err
 		}
-		if info.ConfirmedFlush > ledger.Allowed() {
+		if info.ConfirmedFlush > pipe.ledger.Allowed() {
 			return &replication.FatalError{
 				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else",
-					s.cfg.names.slot, info.ConfirmedFlush, ledger.Allowed()),
-				Hint: "events in between may be missing from the stream: run `outbox-relay verify`",
+					names.slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
+				Hint: reconcileHint,
 			}
+		}
+		stored := &checkpoint.Stored{}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		err := sink.ReadTail(rctx, s.stream, []string{names.subject.Filter(), names.deadLetter}, names.subject.Filter(), info.ConfirmedFlush,
+			func(ev sink.StoredEvent) { stored.Add(ev.Position) })
+		if err != nil {
+			return fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", info.ConfirmedFlush, err)
+		}
+		pipe.stored = stored
+		if stored.Len() > 0 {
+			s.log.Info().Int("events", stored.Len()).Str("lsn", info.ConfirmedFlush.String()).
+				Msg("the stream already holds events the slot will replay: skipping exactly those")
 		}
 		return nil
 	}
 }
+
+// reconcileHint is what to do when events may be missing.
+const reconcileHint = "events in between may be missing from the stream: run `outbox-relay verify --republish` to publish the rows the stream lacks, then start the relay with --recreate-slot"
