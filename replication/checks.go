@@ -37,7 +37,11 @@ func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publicat
 		add("role %q lacks the REPLICATION attribute: run ALTER ROLE %s REPLICATION (as a superuser)", user, pgx.Identifier{user}.Sanitize())
 	}
 
-	problems = append(problems, checkPublication(ctx, pool, table, publication)...)
+	pubProblems, err := checkPublication(ctx, pool, table, publication)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, pubProblems...)
 	cols, err := checkColumns(ctx, pool, table)
 	if err != nil {
 		return err
@@ -50,15 +54,32 @@ func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publicat
 	return nil
 }
 
-func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) []string {
+// CheckPublication verifies that the publication still exists, publishes
+// inserts and contains the table. The relay runs it before confirming
+// progress: with the table out of the publication, Postgres would send
+// nothing for it and confirming keepalives would skip its inserts.
+func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) error {
+	problems, err := checkPublication(ctx, pool, table, publication)
+	if err != nil || len(problems) == 0 {
+		return err
+	}
+	return &FatalError{
+		Err:  errors.New("the publication changed under the relay: " + strings.Join(problems, "; ")),
+		Hint: "inserts made while the table was not published were not decoded: restore the publication, then run `outbox-relay verify --republish` and start the relay with --recreate-slot",
+	}
+}
+
+// checkPublication returns the publication's problems; an error means it
+// could not be read.
+func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]string, error) {
 	var insert, allTables bool
 	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1`, publication).Scan(&insert, &allTables)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return []string{fmt.Sprintf("publication %q does not exist: run `outbox-relay migrate`, or CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-			publication, publication, table.Quoted())}
+			publication, publication, table.Quoted())}, nil
 	}
 	if err != nil {
-		return []string{fmt.Sprintf("cannot read publication %q: %v", publication, err)}
+		return nil, fmt.Errorf("read publication %q: %w", publication, err)
 	}
 	var out []string
 	if !insert {
@@ -68,12 +89,12 @@ func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
 		publication, table.Schema, table.Name).Scan(&member)
 	if err != nil {
-		return append(out, fmt.Sprintf("cannot read the tables of publication %q: %v", publication, err))
+		return nil, fmt.Errorf("read the tables of publication %q: %w", publication, err)
 	}
 	if !member {
 		out = append(out, fmt.Sprintf("table %s is not in publication %q: ALTER PUBLICATION %s ADD TABLE %s", table, publication, publication, table.Quoted()))
 	}
-	return out
+	return out, nil
 }
 
 // Columns returns the table's columns and their type names; an empty map

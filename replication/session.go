@@ -23,6 +23,11 @@ const confirmGap = time.Second
 // by a replication connection waiting for NATS.
 const probeEvery = time.Second
 
+// silenceLimit is how long the connection may stay silent before the relay
+// asks Postgres for a reply, and then how long it waits for one before it
+// presumes the connection dead (a network cut that sends no reset).
+const silenceLimit = 10 * time.Second
+
 // errRelease ends a session on purpose: Postgres is shutting down while the
 // Handler is blocked, and the walsender would wait for us forever.
 var errRelease = errors.New("released the replication connection")
@@ -37,6 +42,8 @@ type session struct {
 	sent       pglogrepl.LSN // flush position in the last status update
 	lastStatus time.Time
 	wakeAt     time.Time
+	lastRecv   time.Time // when the server last sent anything
+	askedAt    time.Time // when a reply was requested for the current silence
 	ignored    map[string]bool
 }
 
@@ -46,6 +53,7 @@ func (s *session) run(ctx context.Context) error {
 	// no per-message context watching.
 	stop := context.AfterFunc(ctx, func() { _ = netConn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
+	s.lastRecv = time.Now()
 	for {
 		if ctx.Err() != nil {
 			return s.finish()
@@ -56,10 +64,14 @@ func (s *session) run(ctx context.Context) error {
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) || isTimeout(err) {
+				if err := s.checkAlive(time.Now()); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 		}
+		s.lastRecv, s.askedAt = time.Now(), time.Time{}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.handle(ctx, msg.Data); err != nil {
@@ -71,6 +83,22 @@ func (s *session) run(ctx context.Context) error {
 			return errors.New("the server ended the replication stream (shutting down?)")
 		}
 	}
+}
+
+// checkAlive notices a connection that went silent without being closed:
+// after silenceLimit it asks the server for a reply, and after as long
+// again without one it gives up on the connection.
+func (s *session) checkAlive(now time.Time) error {
+	switch {
+	case now.Sub(s.lastRecv) < silenceLimit:
+		return nil
+	case s.askedAt.IsZero():
+		s.askedAt = now
+		return s.sendStatusRequest(now)
+	case now.Sub(s.askedAt) >= silenceLimit:
+		return fmt.Errorf("no message from Postgres for %s, not even after asking for one: presuming the connection dead", now.Sub(s.lastRecv).Round(time.Second))
+	}
+	return nil
 }
 
 func isTimeout(err error) bool {
@@ -142,6 +170,8 @@ func (s *session) offer(ctx context.Context, ev *decode.Event) error {
 	defer s.metrics.Blocked.Set(0)
 	tick := time.NewTicker(probeEvery)
 	defer tick.Stop()
+	// Time spent not reading is not silence from the server.
+	defer func() { s.lastRecv, s.askedAt = time.Now(), time.Time{} }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -153,7 +183,11 @@ func (s *session) offer(ctx context.Context, ev *decode.Event) error {
 		case <-tick.C:
 			// Not reading means not seeing the server's keepalive requests:
 			// report every second, so no wal_sender_timeout can expire.
-			if err := s.sendStatus(s.h.Flushed(ctx, false), time.Now()); err != nil {
+			flushed, err := s.h.Flushed(ctx, false)
+			if err != nil {
+				return err
+			}
+			if err := s.sendStatus(flushed, time.Now()); err != nil {
 				return err
 			}
 			if s.serverStopping(ctx) {
@@ -180,7 +214,10 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	if !replyRequested && now.Before(s.wakeAt) {
 		return nil
 	}
-	flushed := s.h.Flushed(ctx, false)
+	flushed, err := s.h.Flushed(ctx, false)
+	if err != nil {
+		return err
+	}
 	due := replyRequested || now.Sub(s.lastStatus) >= s.cfg.StatusInterval ||
 		(flushed > s.sent && now.Sub(s.lastStatus) >= confirmGap)
 	if due {
@@ -196,6 +233,15 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 }
 
 func (s *session) sendStatus(flushed pglogrepl.LSN, now time.Time) error {
+	return s.status(flushed, now, false)
+}
+
+// sendStatusRequest sends a status update that asks the server to answer.
+func (s *session) sendStatusRequest(now time.Time) error {
+	return s.status(s.sent, now, true)
+}
+
+func (s *session) status(flushed pglogrepl.LSN, now time.Time, replyRequested bool) error {
 	if flushed < s.sent {
 		flushed = s.sent // never move the slot backwards
 	}
@@ -206,6 +252,7 @@ func (s *session) sendStatus(flushed pglogrepl.LSN, now time.Time) error {
 		WALFlushPosition: flushed,
 		WALApplyPosition: flushed,
 		ClientTime:       now,
+		ReplyRequested:   replyRequested,
 	})
 	if err != nil {
 		return fmt.Errorf("send standby status update: %w", err)
@@ -232,14 +279,22 @@ func (s *session) finish() error {
 		if err == nil || !time.Now().Before(deadline) {
 			break
 		}
-		if serr := s.sendStatus(s.h.Flushed(bg, false), time.Now()); serr != nil {
+		flushed, ferr := s.h.Flushed(bg, false)
+		if ferr != nil {
+			break
+		}
+		if serr := s.sendStatus(flushed, time.Now()); serr != nil {
 			break
 		}
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("shutdown before every publish was acknowledged: those events are published again on restart")
 	}
-	flushed := s.h.Flushed(bg, true)
+	flushed, ferr := s.h.Flushed(bg, true)
+	if ferr != nil {
+		s.log.Warn().Err(ferr).Msg("final confirmation withheld")
+		flushed = s.sent
+	}
 	if serr := s.sendStatus(flushed, time.Now()); serr != nil {
 		s.log.Warn().Err(serr).Msg("final status update failed; the slot keeps its previous position")
 		return nil

@@ -31,8 +31,9 @@ type Handler interface {
 	// Idle reports a keepalive's WAL end received outside any transaction.
 	Idle(walEnd pglogrepl.LSN)
 	// Flushed returns the LSN that is safe to confirm to Postgres now;
-	// final is set for the last status update before the relay stops.
-	Flushed(ctx context.Context, final bool) pglogrepl.LSN
+	// final is set for the last status update before the relay stops. An
+	// error ends the session (a FatalError stops the relay).
+	Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error)
 	// Drain waits until everything handed over is acknowledged.
 	Drain(ctx context.Context) error
 }

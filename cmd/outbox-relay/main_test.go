@@ -18,6 +18,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	relaytest.ServeNATSIfAsked()
 	if os.Getenv("OUTBOX_RELAY_TEST_MAIN") == "1" {
 		main()
 		os.Exit(0)

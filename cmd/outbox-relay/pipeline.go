@@ -23,6 +23,10 @@ type pipeline struct {
 	// current replication session started.
 	stored  *checkpoint.Stored
 	skipped prometheus.Counter
+	// guard checks, before the confirmed position moves, that nothing the
+	// relay relies on changed (the table is still published).
+	guard     func(context.Context) error
+	confirmed pglogrepl.LSN
 }
 
 func (p *pipeline) Event(ev *decode.Event) bool {
@@ -44,8 +48,15 @@ func (p *pipeline) Commit(end pglogrepl.LSN) { p.tracker.Commit(end) }
 
 func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
 
-func (p *pipeline) Flushed(ctx context.Context, final bool) pglogrepl.LSN {
-	return p.ledger.Confirmable(ctx, p.tracker.Flushed(p.pub.AckedThrough()), final)
+func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error) {
+	flushed := p.tracker.Flushed(p.pub.AckedThrough())
+	if flushed > p.confirmed && p.guard != nil {
+		if err := p.guard(ctx); err != nil {
+			return p.confirmed, err
+		}
+	}
+	p.confirmed = p.ledger.Confirmable(ctx, flushed, final)
+	return p.confirmed, nil
 }
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }

@@ -66,7 +66,10 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	}
 	s.log.Info().Str("slot", names.slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
 
-	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
+	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped,
+		guard: func(ctx context.Context) error {
+			return replication.CheckPublication(ctx, s.pool, names.table, names.publication)
+		}}
 	switch action {
 	case checkpoint.Resume:
 		pipe.ledger = checkpoint.NewLedger(store, rec.Limit, s.log)

@@ -84,14 +84,19 @@ type Env struct {
 	PGURL    string
 	Pool     *pgxpool.Pool
 	NATS     *devenv.NATS
+	NATSURL  string
 	NC       *nats.Conn
 	JS       jetstream.JetStream
 	Table    decode.Table
-	Slot     string
-	Pub      string
-	Stream   string
-	Subject  string
-	DeadSubj string
+	// RelayPG and RelayNATS, when set, are where the relay connects
+	// instead of the test's own servers (a fault proxy, another server).
+	RelayPG   string
+	RelayNATS string
+	Slot      string
+	Pub       string
+	Stream    string
+	Subject   string
+	DeadSubj  string
 }
 
 var dbCounter atomic.Int64
@@ -159,12 +164,20 @@ func (e *Env) StartNATS(opts devenv.NATSOptions) {
 	}
 	e.NATS = n
 	e.T.Cleanup(n.Close)
-	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	e.UseNATS(n.URL())
+}
+
+// UseNATS points the test and the relay at other NATS servers.
+func (e *Env) UseNATS(urls string) {
+	if e.NC != nil {
+		e.NC.Close()
+	}
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		e.T.Fatalf("connect to nats: %v", err)
 	}
 	e.T.Cleanup(nc.Close)
-	e.NC = nc
+	e.NC, e.NATSURL = nc, urls
 	if e.JS, err = jetstream.New(nc); err != nil {
 		e.T.Fatal(err)
 	}
@@ -185,6 +198,20 @@ func (e *Env) dropDatabase() {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.Database+" WITH (FORCE)")
 }
 
+// PGAddr returns the test database's host:port.
+func (e *Env) PGAddr() string {
+	cfg, err := pgx.ParseConfig(e.PGURL)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+// PGURLVia returns the test database's URL reached through addr.
+func (e *Env) PGURLVia(addr string) string {
+	return strings.Replace(e.PGURL, e.PGAddr(), addr, 1)
+}
+
 // ClusterLog returns the Postgres server log ("" for an external server).
 func (e *Env) ClusterLog() string {
 	if l, ok := e.Cluster.(interface{ Log() string }); ok {
@@ -195,8 +222,15 @@ func (e *Env) ClusterLog() string {
 
 // RelayArgs are the flags that point a relay at this Env.
 func (e *Env) RelayArgs() []string {
+	pg, nurl := e.PGURL, e.NATSURL
+	if e.RelayPG != "" {
+		pg = e.RelayPG
+	}
+	if e.RelayNATS != "" {
+		nurl = e.RelayNATS
+	}
 	return []string{
-		"--pg-url", e.PGURL, "--nats-url", e.NATS.URL(),
+		"--pg-url", pg, "--nats-url", nurl,
 		"--slot", e.Slot, "--publication", e.Pub, "--table", e.Table.String(),
 		"--stream", e.Stream, "--subject", e.Subject, "--dead-letter-subject", e.DeadSubj,
 		"--metrics-addr", "", "--log-format", "json",
