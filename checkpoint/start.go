@@ -21,10 +21,13 @@ const (
 	// Adopt streams from a slot the relay did not create, records it, and
 	// warns that rows older than the slot are not published.
 	Adopt
+	// Repair (asked for with --recreate-slot, never decided) creates a new
+	// slot and publishes from its snapshot every row the stream lacks.
+	Repair
 )
 
 func (a Action) String() string {
-	return [...]string{"resume", "bootstrap", "redo-bootstrap", "adopt"}[a]
+	return [...]string{"resume", "bootstrap", "redo-bootstrap", "adopt", "repair"}[a]
 }
 
 // SlotState is what the relay knows about its slot at start.
@@ -46,7 +49,7 @@ type GapError struct {
 
 func (e *GapError) Error() string { return e.What + ": " + e.Fix }
 
-const reconcileFix = "run `outbox-relay verify --republish` to publish the committed rows the stream lacks, then start the relay with --recreate-slot"
+const reconcileFix = "start the relay once with --recreate-slot: it creates a new slot and, from its snapshot, publishes every committed row the stream lacks (checked by id; narrow it with --repair-since), then streams"
 
 // Decide chooses the start-up action, or returns a *GapError when the slot
 // cannot be trusted to hold every event the stream still lacks.

@@ -65,7 +65,7 @@ func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 	}
 	return &FatalError{
 		Err:  errors.New("the publication changed under the relay: " + strings.Join(problems, "; ")),
-		Hint: "inserts made while the table was not published were not decoded: restore the publication, then run `outbox-relay verify --republish` and start the relay with --recreate-slot",
+		Hint: "inserts made while the table was not published were not decoded: restore the publication, then start the relay once with --recreate-slot (it publishes every committed row the stream lacks)",
 	}
 }
 

@@ -62,9 +62,9 @@ func (s *Stream) classify(err error) error {
 	case codeObjectInUse:
 		return fmt.Errorf("%w: %s", errSlotBusy, pe.Message)
 	case codeUndefinedObject:
-		return fatal(err, "the slot or publication disappeared while the relay was using it; WAL decoded without it may hold events the stream lacks: recreate it, then run `outbox-relay verify` to find and republish what is missing")
+		return fatal(err, "the slot or publication disappeared while the relay was using it; WAL decoded without it may hold events the stream lacks: restore the publication if it is gone, then start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
 	case codeNotInPrerequisite:
-		return fatal(err, "the slot can no longer be used (invalidated, for example by max_slot_wal_keep_size) or wal_level is not logical; events after the slot's last position may be missing: run `outbox-relay verify` after fixing it")
+		return fatal(err, "the slot can no longer be used (invalidated, for example by max_slot_wal_keep_size) or wal_level is not logical; events after the slot's last position may be missing: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
 	case codeInsufficientPriv, codeInvalidAuthSpec, codeInvalidPassword:
 		return fatal(err, "the role needs LOGIN and REPLICATION (ALTER ROLE %s REPLICATION) and a pg_hba.conf entry for database %q", s.cfg.Repl.User, s.cfg.Repl.Database)
 	case codeInvalidCatalogName:

@@ -18,9 +18,10 @@ import (
 // report progress. Keepalive replies are never delayed.
 const confirmGap = time.Second
 
-// probeEvery is how often a stream blocked on a full Handler checks that
-// Postgres is still up, so that a server shutting down is not held back
-// by a replication connection waiting for NATS.
+// probeEvery is how often a stream that cannot confirm (the Handler is
+// full or stalled) checks that Postgres is still up, so that a server
+// shutting down is not held back by a replication connection waiting for
+// NATS.
 const probeEvery = time.Second
 
 // silenceLimit is how long the connection may stay silent before the relay
@@ -44,6 +45,7 @@ type session struct {
 	wakeAt     time.Time
 	lastRecv   time.Time // when the server last sent anything
 	askedAt    time.Time // when a reply was requested for the current silence
+	lastProbe  time.Time // when Postgres was last checked for a shutdown
 	ignored    map[string]bool
 }
 
@@ -228,6 +230,12 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	s.wakeAt = now.Add(min(confirmGap, s.cfg.StatusInterval))
 	if ctx.Err() == nil {
 		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
+	}
+	if s.h.Stalled() && now.Sub(s.lastProbe) >= probeEvery {
+		s.lastProbe = now
+		if s.serverStopping(ctx) {
+			return errRelease
+		}
 	}
 	return nil
 }

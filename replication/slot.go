@@ -99,7 +99,7 @@ func CheckSlot(info SlotInfo, slot, database string) error {
 			"point --pg-url at the slot's database or choose another --slot")
 	case info.WALStatus == "lost":
 		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed", slot),
-			"events committed after its last confirmed position (%s) may never have been published: run `outbox-relay verify` to list and republish them, then recreate the slot", info.ConfirmedFlush)
+			"events committed after its last confirmed position (%s) may never have been published: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)", info.ConfirmedFlush)
 	}
 	return nil
 }

@@ -36,6 +36,10 @@ type Handler interface {
 	Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error)
 	// Drain waits until everything handed over is acknowledged.
 	Drain(ctx context.Context) error
+	// Stalled reports that nothing handed over can be acknowledged now
+	// (NATS is unreachable): the stream then watches for a Postgres
+	// shutdown, which would otherwise wait for its confirmation forever.
+	Stalled() bool
 }
 
 // Config configures a Stream.
@@ -156,7 +160,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	}
 	if !info.Exists {
 		return fatal(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
-			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded: run `outbox-relay verify`, then restart the relay")
+			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
 	}
 	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
 		return err

@@ -98,6 +98,7 @@ type Publisher struct {
 	// lastStreamSeq is the newest stream sequence a PubAck reported.
 	lastStreamSeq uint64
 	recordQ       []uint64 // dead letters stored in NATS, waiting for their record
+	limitsChanged bool     // the stream refused a message as too large: reread its limits
 
 	recordLogs *retry.LogLimiter
 
@@ -124,6 +125,7 @@ type slot struct {
 	sentAt     time.Time
 	size       int
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
+	bare       bool   // the dead letter was refused too: send it without payload
 }
 
 // NewPublisher subscribes to PubAck replies on nc and returns a Publisher.
@@ -204,6 +206,14 @@ func (p *Publisher) Room() <-chan struct{} { return p.room }
 // earlier one are acknowledged (0 before the first).
 func (p *Publisher) AckedThrough() uint64 { return p.acked.Load() }
 
+// Stalled reports an outage: a publish failed and JetStream has not
+// accepted the first unacknowledged event again yet.
+func (p *Publisher) Stalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.healthy
+}
+
 // Pending returns how many offered events are not yet acknowledged.
 func (p *Publisher) Pending() int {
 	p.mu.Lock()
@@ -251,10 +261,10 @@ func (p *Publisher) sendQueued(probe bool) {
 		s.state, s.sentAt = sent, time.Now()
 		// Copy what the wire needs: once the lock is released a late reply
 		// may settle the slot and the ring may reuse it.
-		seq, attempt, ev, deadLetter := s.seq, s.attempt, s.ev, s.deadLetter
+		seq, attempt, ev, deadLetter, bare := s.seq, s.attempt, s.ev, s.deadLetter, s.bare
 		p.mu.Unlock()
 
-		if err := p.write(seq, attempt, &ev, deadLetter); err != nil {
+		if err := p.write(seq, attempt, &ev, deadLetter, bare); err != nil {
 			p.settle(seq, attempt, reply{err: err})
 		}
 		if probe {
@@ -263,13 +273,25 @@ func (p *Publisher) sendQueued(probe bool) {
 	}
 }
 
-// deadLetterReason returns why ev cannot be published as it is, given the
-// size of its message; "" when it can.
-func (p *Publisher) deadLetterReason(ev *decode.Event) string {
+// Rejects returns why ev cannot be published as it is (it would go to the
+// dead-letter subject), or "" when it can.
+func (p *Publisher) Rejects(ev *decode.Event) string {
+	w := newWireMsg()
+	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
+	p.sendMu.Lock() // guards maxSize
+	defer p.sendMu.Unlock()
+	return p.reasonFor(w, ev)
+}
+
+// deadLetterReason returns why ev, filled into the wire message, cannot be
+// published as it is; "" when it can.
+func (p *Publisher) deadLetterReason(ev *decode.Event) string { return p.reasonFor(p.wire, ev) }
+
+func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 	if ev.Problem != "" {
 		return ev.Problem
 	}
-	hs := headerSize(p.wire.msg.Header)
+	hs := headerSize(w.msg.Header)
 	switch {
 	case hs+len(ev.Payload) > p.maxSize:
 		return fmt.Sprintf("message of %d bytes is larger than the %d bytes the server and stream accept", hs+len(ev.Payload), p.maxSize)
@@ -282,7 +304,7 @@ func (p *Publisher) deadLetterReason(ev *decode.Event) string {
 // write puts one message on the connection. An event that cannot be
 // published as it is (a Problem, or too large) goes to the dead-letter
 // subject instead: it is never sent as is.
-func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string) error {
+func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool) error {
 	replyTo := p.replySubject(seq, attempt)
 	subject := p.cfg.Subject.Render(ev)
 	if deadLetter == "" {
@@ -292,7 +314,11 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 		}
 	}
 	if deadLetter != "" {
-		p.wire.fillDeadLetter(ev, p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, p.maxSize)
+		limit := p.maxSize
+		if bare {
+			limit = 0
+		}
+		p.wire.fillDeadLetter(ev, p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
 		p.log.Warn().Str("event_id", ev.ID).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
 			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
@@ -380,8 +406,15 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 			return // an older attempt's error: the newest attempt decides
 		}
 		s.state = failed
-		if Permanent(r.err) && s.deadLetter == "" {
-			s.deadLetter = r.err.Error()
+		if Permanent(r.err) {
+			if s.deadLetter == "" && s.ev.Problem == "" {
+				s.deadLetter = r.err.Error()
+			} else {
+				// Even the dead letter was refused: send it without payload.
+				// If that is refused too, the relay stalls and says so.
+				s.bare = true
+			}
+			p.limitsChanged = true
 		}
 		p.failLocked(r.err, s)
 		return

@@ -29,7 +29,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-p.wake:
 		}
 		p.recordDeadLetters(ctx)
-		if p.outage() {
+		if p.Stalled() {
 			p.recover(ctx, status, tick.C)
 		}
 	}
@@ -37,12 +37,6 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 func (p *Publisher) tickInterval() time.Duration {
 	return max(p.cfg.AckTimeout/10, 10*time.Millisecond)
-}
-
-func (p *Publisher) outage() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return !p.healthy
 }
 
 // connectionLost fails every message on the wire: their PubAcks, if any
@@ -93,6 +87,7 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			}
 			p.recordDeadLetters(ctx)
 		}
+		p.refreshLimits(ctx)
 		p.reconcile(ctx)
 		if p.probe(ctx, status, tick) {
 			p.resume(attempt, time.Since(started))
@@ -270,4 +265,30 @@ func (p *Publisher) recordDeadLetters(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// refreshLimits rereads the stream's max_msg_size after it refused a
+// message as too large: an operator lowered it since the relay started.
+func (p *Publisher) refreshLimits(ctx context.Context) {
+	p.mu.Lock()
+	changed := p.limitsChanged
+	p.limitsChanged = false
+	p.mu.Unlock()
+	if !changed || p.cfg.Stream == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := p.cfg.Stream.Info(rctx)
+	if err != nil {
+		return
+	}
+	size := int(p.nc.MaxPayload())
+	if m := int(info.Config.MaxMsgSize); m > 0 && (size <= 0 || m < size) {
+		size = m
+	}
+	p.sendMu.Lock()
+	p.maxSize = size
+	p.sendMu.Unlock()
+	p.log.Warn().Int("max_message_size", size).Msg("the stream refused a message as too large: using its current limit")
 }

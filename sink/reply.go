@@ -58,6 +58,8 @@ func Permanent(err error) bool {
 func Hint(err error) string {
 	var se *ServerError
 	switch {
+	case Permanent(err):
+		return "the event can never be published as it is: it goes to the dead-letter subject"
 	case errors.As(err, &se) && se.ErrCode == errCodeStoreFailed:
 		return "the stream is full or cannot store (limits with discard=new, or disk): raise max_msgs/max_bytes or free space; the relay retries until it has room"
 	case errors.Is(err, ErrNoResponders):

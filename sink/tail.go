@@ -4,26 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ForEach calls fn for every message on subjects stored from sequence
-// start up to the stream's last sequence at the time of the call, in
+// Read says what ForEach reads.
+type Read struct {
+	// From is the first sequence; zero means the beginning, or Since.
+	From uint64
+	// Since starts at the first message stored at or after it.
+	Since time.Time
+	// HeadersOnly leaves the payloads on the server.
+	HeadersOnly bool
+}
+
+// ForEach calls fn for every message on subjects stored from the starting
+// point up to the stream's last sequence at the time of the call, in
 // stream order, until fn returns false.
-func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, start uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, read Read, fn func(*jetstream.RawStreamMsg) bool) error {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read stream info: %w", err)
 	}
 	last := info.State.LastSeq
-	if info.State.Msgs == 0 || start > last {
+	if info.State.Msgs == 0 || read.From > last {
 		return nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
-	if start > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, HeadersOnly: read.HeadersOnly}
+	switch {
+	case read.From > 1:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read.From
+	case !read.Since.IsZero():
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &read.Since
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
@@ -82,7 +96,7 @@ func ReadTail(ctx context.Context, stream jetstream.Stream, subjects []string, s
 	if err != nil {
 		return err
 	}
-	return ForEach(ctx, stream, subjects, start, func(m *jetstream.RawStreamMsg) bool {
+	return ForEach(ctx, stream, subjects, Read{From: start, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
 		if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN >= from {
 			fn(ev)
 		}
@@ -108,10 +122,12 @@ func tailStart(ctx context.Context, stream jetstream.Stream, subject string, fro
 			if err != nil {
 				return false, fmt.Errorf("read the stream's tail: %w", err)
 			}
-			if ev, ok := ParseStored(m); ok {
+			// Messages published from the table (commit LSN 0: at the slot's
+			// creation, or by verify --republish) have no place in WAL order.
+			if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN != 0 {
 				return ev.Position.CommitLSN < from, nil
 			}
-			seq = m.Sequence + 1 // not the relay's message
+			seq = m.Sequence + 1
 		}
 	}
 	if ok, err := before(last); err != nil || ok {

@@ -7,7 +7,8 @@
 // "in the table". Messages are matched to rows by Nats-Msg-Id (a
 // dead-letter message counts as its event being delivered). Order is
 // checked per aggregate with the commit position each message carries
-// (Outbox-Commit-Lsn, Outbox-Txn-Index).
+// (Outbox-Commit-Lsn, Outbox-Txn-Index); dead letters and events published
+// from the table (commit LSN 0) have no place in that order.
 package verify
 
 import (
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -67,35 +67,27 @@ func (r Report) OK() bool {
 	return len(r.Missing) == 0 && len(r.Extra) == 0 && len(r.Duplicates) == 0 && len(r.OrderViolations) == 0
 }
 
-// Run compares the table with the stream.
-func Run(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, opts Options) (Report, error) {
-	rows, err := committedIDs(ctx, pool, opts)
+// Querier runs a query: a pool, a connection or a transaction (for example
+// one that uses a replication slot's snapshot).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Run compares the table, as db sees it, with the stream.
+func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options) (Report, error) {
+	rows, err := committedIDs(ctx, db, opts)
 	if err != nil {
 		return Report{}, err
 	}
 	r := Report{Rows: len(rows), Duplicates: map[string]int{}}
 	seen := make(map[string]int, len(rows))
 	last := map[string]lastOf{}
-	err = Messages(ctx, stream, opts.Subjects, func(m *jetstream.RawStreamMsg) {
+	err = sink.ForEach(ctx, stream, opts.Subjects, sink.Read{Since: opts.Since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
 		ev, ok := sink.ParseStored(m)
-		if !ok || !inRange(m.Header.Get(sink.HeaderCreatedAt), opts) {
-			return
+		if ok && inRange(m.Header.Get(sink.HeaderCreatedAt), opts) {
+			r.count(ev, m, seen, last)
 		}
-		r.Messages++
-		if ev.DeadLetter {
-			r.DeadLetters++
-		}
-		seen[ev.ID]++
-		if seen[ev.ID] > 1 {
-			r.Duplicates[ev.ID] = seen[ev.ID]
-			return
-		}
-		agg := m.Header.Get(sink.HeaderAggregateType) + "/" + m.Header.Get(sink.HeaderAggregateID)
-		if prev, ok := last[agg]; ok && ev.Position.Less(prev.pos) {
-			r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
-		} else {
-			last[agg] = lastOf{id: ev.ID, pos: ev.Position}
-		}
+		return true
 	})
 	if err != nil {
 		return r, err
@@ -113,14 +105,38 @@ func Run(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, opts 
 	return r, nil
 }
 
+// count adds one stored message to the report.
+func (r *Report) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg, seen map[string]int, last map[string]lastOf) {
+	r.Messages++
+	if ev.DeadLetter {
+		r.DeadLetters++
+	}
+	seen[ev.ID]++
+	if seen[ev.ID] > 1 {
+		r.Duplicates[ev.ID] = seen[ev.ID]
+		return
+	}
+	if ev.Position.CommitLSN == 0 || ev.DeadLetter {
+		// Published from the table (not in WAL order), or a dead letter,
+		// which consumers of the event subjects never see.
+		return
+	}
+	agg := m.Header.Get(sink.HeaderAggregateType) + "/" + m.Header.Get(sink.HeaderAggregateID)
+	if prev, ok := last[agg]; ok && ev.Position.Less(prev.pos) {
+		r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
+		return
+	}
+	last[agg] = lastOf{id: ev.ID, pos: ev.Position}
+}
+
 type lastOf struct {
 	id  string
 	pos decode.Position
 }
 
-func committedIDs(ctx context.Context, pool *pgxpool.Pool, opts Options) (map[string]struct{}, error) {
+func committedIDs(ctx context.Context, db Querier, opts Options) (map[string]struct{}, error) {
 	q := `SELECT id::text FROM ` + opts.Table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND ($2::timestamptz IS NULL OR created_at < $2)`
-	rows, err := pool.Query(ctx, q, nullTime(opts.Since), nullTime(opts.Until))
+	rows, err := db.Query(ctx, q, nullTime(opts.Since), nullTime(opts.Until))
 	if err != nil {
 		return nil, fmt.Errorf("read committed rows of %s: %w", opts.Table, err)
 	}
@@ -157,7 +173,7 @@ func inRange(createdAt string, opts Options) bool {
 // Messages calls fn for every message on subjects stored in the stream up
 // to its last sequence at the time of the call, in stream order.
 func Messages(ctx context.Context, stream jetstream.Stream, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
-	return sink.ForEach(ctx, stream, subjects, 1, func(m *jetstream.RawStreamMsg) bool {
+	return sink.ForEach(ctx, stream, subjects, sink.Read{}, func(m *jetstream.RawStreamMsg) bool {
 		fn(m)
 		return true
 	})

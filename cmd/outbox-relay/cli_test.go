@@ -43,7 +43,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	env.WaitStored(1, 30*time.Second)
 	env.Check()
 
-	out, err = runCLI(t, "status", "--pg-url", env.PGURL, "--nats-url", env.NATS.URL(), "--json")
+	out, err = runCLI(t, append([]string{"status", "--json"}, env.ToolArgs()...)...)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
@@ -54,7 +54,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if !st.Exists || !st.Active || st.WALStatus != "reserved" || st.LastEvent == nil || st.LastEvent.ID != id || st.StreamMessages != 1 {
 		t.Errorf("status = %+v", st)
 	}
-	out, err = runCLI(t, "status", "--pg-url", env.PGURL, "--nats-url", env.NATS.URL())
+	out, err = runCLI(t, append([]string{"status"}, env.ToolArgs()...)...)
 	if err != nil || !strings.Contains(out, "active             yes, pid") || !strings.Contains(out, id) {
 		t.Errorf("status text (%v):\n%s", err, out)
 	}

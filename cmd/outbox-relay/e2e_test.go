@@ -127,7 +127,8 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// storedByID reads every message of the stream, keyed by Nats-Msg-Id.
+// storedByID reads every message of the stream, keyed by event id (a dead
+// letter's too); a later message of the same event wins.
 func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStreamMsg {
 	t.Helper()
 	out := map[string]*jetstream.RawStreamMsg{}
@@ -143,7 +144,9 @@ func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStrea
 		if err != nil {
 			t.Fatalf("get message %d: %v", seq, err)
 		}
-		out[m.Header.Get(sink.HeaderMsgID)] = m
+		out[strings.TrimPrefix(m.Header.Get(sink.HeaderMsgID), sink.DeadLetterMsgIDPrefix)] = m
 	}
 	return out
 }
+
+type rawMsg = jetstream.RawStreamMsg

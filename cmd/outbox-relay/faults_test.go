@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // The fault suite: each case runs real faults against real processes under
@@ -19,10 +22,13 @@ import (
 // aggregate before an earlier one. `go test -short` shortens the long
 // waits; it skips nothing.
 
+// Tests that mostly wait (outages, partitions) run in parallel with each
+// other; those that time how fast something happens run alone.
+
 // load runs the standard write workload until stop is called.
 func load(t *testing.T, env *relaytest.Env) (stop func() *relaytest.Workload) {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &relaytest.Workload{Writers: 3, MaxTxRows: 20, Aggregates: 30, RollbackEvery: 7, Pace: 5 * time.Millisecond}
+	w := &relaytest.Workload{Writers: 3, MaxTxRows: 10, Aggregates: 30, RollbackEvery: 7, Pace: 40 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, env, 0) }()
 	return func() *relaytest.Workload {
@@ -88,15 +94,18 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 			streaming++
 			continue
 		}
-		time.Sleep(time.Duration(200+rng.Intn(1300)) * time.Millisecond)
+		// Every fifth kill lands at a random instant of start-up; the others
+		// at a random instant of streaming.
+		if i%5 != 4 {
+			relay.WaitLog("streaming from the slot", time.Minute)
+		}
+		time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
 		relay.Kill()
 		if strings.Contains(relay.Logs(), "streaming from the slot") {
 			streaming++
 		}
 	}
-	// Some kills land during start-up (also an instant worth testing), but
-	// most must hit a relay that was streaming.
-	if streaming < 12 {
+	if streaming < 15 {
 		t.Errorf("only %d of 20 kills hit a streaming relay", streaming)
 	}
 	w := stop()
@@ -106,22 +115,55 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	settleAndCheck(t, env, w)
 }
 
-// TestFaultNATSStopped: NATS stops for 60 s under load, then comes back.
+// TestFaultNATSStopped: NATS stops for 60 s under load. The slot never
+// confirms past an unacknowledged event; the relay keeps answering
+// Postgres (wal_sender_timeout is 5 s here), so its walsender survives;
+// when NATS is back every event arrives and the slot catches up.
 func TestFaultNATSStopped(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t)
 	relay := startRelay(t, env, "--ack-timeout", "2s")
 	relay.WaitLog("streaming from the slot", 30*time.Second)
+	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
+	env.WaitStored(1, 10*time.Second)
+	pid := walsenderPID(t, env)
+	logFrom := len(env.ClusterLog())
 	stop := load(t, env)
 	time.Sleep(time.Second)
+
 	env.NATS.Stop()
-	time.Sleep(waitLong(10*time.Second, 60*time.Second))
+	first := env.Tx(relaytest.NewRow("order", "2", "during.outage", `{}`))[0]
+	var highest pglogrepl.LSN
+	for end := time.Now().Add(waitLong(10*time.Second, 60*time.Second)); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		highest = max(highest, env.SlotInfo().ConfirmedFlush)
+	}
+	if got := walsenderPID(t, env); got != pid {
+		t.Errorf("walsender changed from pid %d to %d: Postgres dropped the relay while it waited for NATS", pid, got)
+	}
+	if strings.Contains(env.ClusterLog()[logFrom:], fmt.Sprintf("[%d] LOG:  terminating walsender process due to replication timeout", pid)) {
+		t.Error("Postgres timed out the relay's walsender while NATS was down")
+	}
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
 	settleAndCheck(t, env, stop())
+	// The first event written during the outage committed at this LSN:
+	// confirming beyond it while it was unacknowledged would have told
+	// Postgres it could be skipped.
+	commit, err := pglogrepl.ParseLSN(storedByID(t, env)[first].Header.Get(sink.HeaderCommitLSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if highest > commit {
+		t.Fatalf("during the outage the slot confirmed %s, past the unacknowledged transaction committed at %s", highest, commit)
+	}
+	waitCaughtUp(t, env, 30*time.Second)
 	if relay.Exited() {
 		t.Fatal("relay exited during the NATS outage")
+	}
+	if n := strings.Count(relay.Logs(), "still not accepting"); n > 8 {
+		t.Errorf("%d retry log lines in one outage: the log floods", n)
 	}
 }
 
@@ -130,6 +172,7 @@ func TestFaultNATSStopped(t *testing.T) {
 // the stream's dedup window is 1 s, so a lost PubAck must not mean a
 // republished event.
 func TestFaultNATSKilled(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t)
 	nats := relaytest.StartNATSProcess(t, relayBin, true)
 	env.UseNATS(nats.URL())
@@ -181,38 +224,44 @@ func TestFaultPostgresCrash(t *testing.T) {
 
 // TestFaultPostgresStopWhileNATSDown: with NATS down the relay waits, but
 // it must not keep Postgres from shutting down: a fast shutdown waits for
-// its walsenders, which wait for the relay's confirmation.
+// its walsenders, which wait for the relay's confirmation. Both with room
+// left in the publish window (the relay still reads WAL) and with the
+// window full (the relay has stopped reading).
 func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
-	cluster, err := relaytest.StartCluster(nil)
-	if err != nil {
-		t.Fatal(err)
+	for name, window := range map[string]string{"window with room": "1024", "window full": "8"} {
+		t.Run(name, func(t *testing.T) {
+			cluster, err := relaytest.StartCluster(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cluster.Close() })
+			env := relaytest.NewEnv(t, cluster)
+			relay := startRelay(t, env, "--ack-timeout", "1s", "--window", window)
+			relay.WaitLog("streaming from the slot", 30*time.Second)
+			stop := load(t, env)
+			time.Sleep(time.Second)
+			env.NATS.Stop()
+			time.Sleep(3 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			started := time.Now()
+			if err := cluster.Stop(ctx, "fast"); err != nil {
+				t.Fatalf("Postgres could not shut down while the relay waited for NATS: %v", err)
+			}
+			took := time.Since(started)
+			if err := cluster.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.NATS.Start(); err != nil {
+				t.Fatal(err)
+			}
+			settleAndCheck(t, env, stop())
+			if took > 20*time.Second {
+				t.Errorf("fast shutdown took %s with the relay blocked", took)
+			}
+			t.Logf("fast shutdown with NATS down took %s", took.Round(time.Millisecond))
+		})
 	}
-	t.Cleanup(func() { cluster.Close() })
-	env := relaytest.NewEnv(t, cluster)
-	relay := startRelay(t, env, "--ack-timeout", "1s")
-	relay.WaitLog("streaming from the slot", 30*time.Second)
-	stop := load(t, env)
-	time.Sleep(time.Second)
-	env.NATS.Stop()
-	time.Sleep(3 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	started := time.Now()
-	if err := cluster.Stop(ctx, "fast"); err != nil {
-		t.Fatalf("Postgres could not shut down while the relay waited for NATS: %v", err)
-	}
-	took := time.Since(started)
-	if err := cluster.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.NATS.Start(); err != nil {
-		t.Fatal(err)
-	}
-	settleAndCheck(t, env, stop())
-	if took > 20*time.Second {
-		t.Errorf("fast shutdown took %s with the relay blocked", took)
-	}
-	t.Logf("fast shutdown with NATS down took %s", took.Round(time.Millisecond))
 }
 
 // TestFaultNetwork: the connection between relay and NATS, then between
@@ -221,6 +270,7 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 func TestFaultNetwork(t *testing.T) {
 	for _, side := range []string{"nats", "postgres"} {
 		t.Run(side, func(t *testing.T) {
+			t.Parallel()
 			env := newEnv(t)
 			var proxy *relaytest.Proxy
 			if side == "nats" {
@@ -239,7 +289,7 @@ func TestFaultNetwork(t *testing.T) {
 			proxy.Restore()
 			time.Sleep(3 * time.Second)
 			proxy.Blackhole()
-			time.Sleep(waitLong(15*time.Second, 30*time.Second))
+			time.Sleep(waitLong(15*time.Second, 25*time.Second))
 			proxy.Restore()
 			time.Sleep(2 * time.Second)
 			settleAndCheck(t, env, stop())
@@ -254,6 +304,7 @@ func TestFaultNetwork(t *testing.T) {
 // new. The relay stalls and says so, loses nothing, and goes on when the
 // limit is raised.
 func TestFaultStreamFull(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -285,6 +336,7 @@ func TestFaultStreamFull(t *testing.T) {
 // TestFaultClusterLeaderKilled: a 3-node JetStream cluster with an R3
 // stream loses the stream's leader mid-flow.
 func TestFaultClusterLeaderKilled(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t)
 	cluster := relaytest.StartNATSCluster(t, 3)
 	env.UseNATS(cluster.URLs())

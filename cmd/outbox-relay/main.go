@@ -26,6 +26,8 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
 	Status  statusCmd  `cmd:"" help:"Show the slot, its lag and the last event in the stream."`
 	Dev     devCmd     `cmd:"" help:"Run everything locally: embedded NATS, a throwaway Postgres, the relay and demo orders."`
+	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
+	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS
@@ -58,6 +60,8 @@ func report(log zerolog.Logger, err error) {
 	var gap *checkpoint.GapError
 	var fe *replication.FatalError
 	switch {
+	case errors.Is(err, errProblems):
+		return
 	case errors.As(err, &gap):
 		log.Error().Str("fix", gap.Fix).Msg(gap.What)
 	case errors.As(err, &fe):

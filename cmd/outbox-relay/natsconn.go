@@ -42,15 +42,27 @@ func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logg
 			log.Info().Str("server", redactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
 	}
+	opts = append(opts, natsAuth(f)...)
+	nc, err := nats.Connect(f.NATSURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATS(f.NATSURL), err)
+	}
+	return nc, nil
+}
+
+// natsAuth turns the credential and TLS flags into connection options.
+// A bad NKey seed file shows up as a connection error.
+func natsAuth(f natsFlags) []nats.Option {
+	var opts []nats.Option
 	if f.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(f.NATSCreds))
 	}
 	if f.NATSNKey != "" {
-		opt, err := nats.NkeyOptionFromSeed(f.NATSNKey)
-		if err != nil {
-			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		if opt, err := nats.NkeyOptionFromSeed(f.NATSNKey); err == nil {
+			opts = append(opts, opt)
+		} else {
+			opts = append(opts, func(*nats.Options) error { return fmt.Errorf("--nats-nkey: %w", err) })
 		}
-		opts = append(opts, opt)
 	}
 	if f.NATSCA != "" {
 		opts = append(opts, nats.RootCAs(f.NATSCA))
@@ -58,11 +70,7 @@ func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logg
 	if f.NATSCert != "" || f.NATSKey != "" {
 		opts = append(opts, nats.ClientCert(f.NATSCert, f.NATSKey))
 	}
-	nc, err := nats.Connect(f.NATSURL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATS(f.NATSURL), err)
-	}
-	return nc, nil
+	return opts
 }
 
 // waitConnected waits until nc is connected or ctx ends, logging the wait.

@@ -32,6 +32,8 @@ type relayConfig struct {
 	statusInterval time.Duration
 	drainTimeout   time.Duration
 	metricsAddr    string
+	recreateSlot   bool
+	repairSince    time.Time
 }
 
 // runRelay wires the relay and runs it until ctx ends or a fatal error:

@@ -24,6 +24,8 @@ type relayFlags struct {
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"10s" help:"Longest time between status updates to Postgres; keep it under wal_sender_timeout/2."`
 	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"10s" help:"How long shutdown waits for in-flight publishes."`
 	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
+	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
 }
 
 func (f relayFlags) validate() error {
@@ -60,6 +62,8 @@ func (c *runCmd) config() (relayConfig, error) {
 		statusInterval: c.StatusInterval,
 		drainTimeout:   c.DrainTimeout,
 		metricsAddr:    c.MetricsAddr,
+		recreateSlot:   c.RecreateSlot,
+		repairSince:    c.RepairSince,
 	}, nil
 }
 

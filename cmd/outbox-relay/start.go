@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/verify"
 )
 
 // starter decides, at start, how the relay takes up its slot: resume it,
@@ -40,7 +41,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	if slot.Exists {
+	if slot.Exists && !s.cfg.recreateSlot {
 		if err := replication.CheckSlot(slot, names.slot, s.repl.Database); err != nil {
 			return nil, err
 		}
@@ -61,6 +62,18 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 		state.StreamCount = last.Seq
 	}
 	action, err := checkpoint.Decide(state)
+	if s.cfg.recreateSlot {
+		action, err = checkpoint.Repair, nil
+		s.log.Warn().Str("slot", names.slot).Msg("--recreate-slot: dropping the slot and its record, creating a new one and publishing, from its snapshot, every row the stream lacks")
+		if slot.Exists {
+			if err := replication.DropSlot(ctx, s.pool, names.slot); err != nil {
+				return nil, err
+			}
+		}
+		if err := store.Delete(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -74,12 +87,12 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	case checkpoint.Resume:
 		pipe.ledger = checkpoint.NewLedger(store, rec.Limit, s.log)
 	case checkpoint.Adopt:
-		s.log.Warn().Str("slot", names.slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (use `outbox-relay verify` to check)")
+		s.log.Warn().Str("slot", names.slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
 		if err := store.Create(ctx, slot.ConfirmedFlush, true); err != nil {
 			return nil, err
 		}
 		pipe.ledger = checkpoint.NewLedger(store, slot.ConfirmedFlush, s.log)
-	case checkpoint.RedoBootstrap, checkpoint.Bootstrap:
+	case checkpoint.RedoBootstrap, checkpoint.Bootstrap, checkpoint.Repair:
 		if action == checkpoint.RedoBootstrap {
 			s.log.Warn().Str("slot", names.slot).Msg("a previous start did not finish publishing the rows present at the slot's creation: dropping the slot and starting over (rows already published may be published again; the stream's dedup window absorbs repeats)")
 			if slot.Exists {
@@ -88,7 +101,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 				}
 			}
 		}
-		point, err := s.bootstrap(ctx, store, pipe)
+		point, err := s.bootstrap(ctx, store, pipe, action == checkpoint.Repair)
 		if err != nil {
 			return nil, err
 		}
@@ -98,11 +111,13 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 }
 
 // bootstrap creates the slot and publishes, from its snapshot, the rows
-// that were in the table and not processed (for example by a polling
-// relay this one replaces). Streaming then starts exactly after them.
-func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *pipeline) (pglogrepl.LSN, error) {
+// that were in the table and not processed (for example by a polling relay
+// this one replaces). Streaming then starts exactly after them. With
+// repair set it publishes instead every row of the snapshot that the
+// stream lacks: the way back after a gap.
+func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *pipeline, repair bool) (pglogrepl.LSN, error) {
 	names := s.cfg.names
-	cols, err := replication.Columns(ctx, s.pool, names.table)
+	src, err := newRowSource(ctx, s.pool, names.table)
 	if err != nil {
 		return 0, err
 	}
@@ -111,11 +126,15 @@ func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *
 		if err := store.Create(ctx, point, false); err != nil {
 			return err
 		}
-		if _, ok := cols["processed_at"]; !ok {
+		offer := func(ev *decode.Event) error { return pipe.offer(ctx, ev) }
+		switch {
+		case repair:
+			published, err = s.publishMissing(ctx, tx, src, offer)
+		case src.has("processed_at"):
+			published, err = src.each(ctx, tx, "processed_at IS NULL", nil, offer)
+		default:
 			s.log.Warn().Str("table", names.table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
-			return nil
 		}
-		published, err = publishExisting(ctx, tx, names.table, cols, pipe)
 		return err
 	})
 	if err != nil {
@@ -127,54 +146,24 @@ func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *
 	if err := store.MarkBootstrapped(ctx); err != nil {
 		return 0, err
 	}
-	s.log.Info().Str("slot", names.slot).Str("lsn", point.String()).Int("published", published).
-		Msg("created the replication slot; published the unprocessed rows that were already in the table")
+	s.log.Info().Str("slot", names.slot).Str("lsn", point.String()).Int("published", published).Bool("repair", repair).
+		Msg("created the replication slot; published the rows the stream needed from the table")
 	return point, nil
 }
 
-// publishExisting publishes the table's unprocessed rows. Their WAL order
-// is out of reach (it may predate the slot by years), so they go out in
-// the best order Postgres still knows: commit timestamps when
-// track_commit_timestamp is on, then created_at (the order the seed's
-// polling relay used), then physical order, which keeps the rows of one
-// transaction in insertion order.
-func publishExisting(ctx context.Context, tx pgx.Tx, table decode.Table, cols map[string]string, pipe *pipeline) (int, error) {
-	created := "NULL"
-	order := "ctid"
-	if _, ok := cols[decode.ColumnCreatedAt]; ok {
-		created = "created_at::text"
-		order = "created_at, ctid"
-	}
-	var commitTS string
-	if err := tx.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')`).Scan(&commitTS); err != nil {
-		return 0, fmt.Errorf("read track_commit_timestamp: %w", err)
-	}
-	if commitTS == "on" {
-		order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
-	}
-	rows, err := tx.Query(ctx, `SELECT id::text, aggregate_type::text, aggregate_id::text, event_type::text, payload::text, `+created+`
-		FROM `+table.Quoted()+` WHERE processed_at IS NULL ORDER BY `+order)
+// publishMissing publishes the rows db sees that the stream lacks.
+func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *rowSource, offer func(*decode.Event) error) (int, error) {
+	names := s.cfg.names
+	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: names.table, Subjects: []string{names.subject.Filter(), names.deadLetter}, Since: s.cfg.repairSince})
 	if err != nil {
-		return 0, fmt.Errorf("read the unprocessed rows of %s: %w", table, err)
+		return 0, err
 	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		v := rows.RawValues()
-		ev := decode.NewEvent(decode.Fields{
-			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5],
-			PayloadIsBytea: cols[decode.ColumnPayload] == "bytea",
-			HasCreatedAt:   created != "NULL",
-		}, decode.Position{Index: uint32(n)})
-		if err := pipe.offer(ctx, &ev); err != nil {
-			return n, err
-		}
-		n++
+	s.log.Warn().Int("missing", len(rep.Missing)).Int("rows", rep.Rows).Int("messages", rep.Messages).
+		Msg("repairing: publishing the committed rows the stream lacks")
+	if len(rep.Missing) == 0 {
+		return 0, nil
 	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("read the unprocessed rows of %s: %w", table, err)
-	}
-	return n, nil
+	return src.each(ctx, db, "id::text = ANY($1)", []any{rep.Missing}, offer)
 }
 
 // beforeSession runs before each replication session. It checks that the
@@ -212,4 +201,4 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 }
 
 // reconcileHint is what to do when events may be missing.
-const reconcileHint = "events in between may be missing from the stream: run `outbox-relay verify --republish` to publish the rows the stream lacks, then start the relay with --recreate-slot"
+const reconcileHint = "events in between may be missing from the stream: start the relay once with --recreate-slot, which publishes from a new slot's snapshot every committed row the stream lacks, then streams"

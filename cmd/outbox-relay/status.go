@@ -79,7 +79,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 
 // readStream fills in the stream's side; NATS being down is reported, not fatal.
 func (c *statusCmd) readStream(ctx context.Context, n names, r *statusReport) {
-	nc, err := nats.Connect(c.NATSURL, nats.Name("outbox-relay status"), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(c.NATSURL, append(natsAuth(c.natsFlags), nats.Name("outbox-relay status"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		r.StreamError = err.Error()
 		return

@@ -26,6 +26,8 @@ type PostgresOptions struct {
 	BinDir string
 	// Settings are extra postgresql.conf lines (name → value).
 	Settings map[string]string
+	// InitArgs are extra initdb arguments (for example --wal-segsize=1).
+	InitArgs []string
 }
 
 // Postgres is a private cluster listening on 127.0.0.1.
@@ -57,7 +59,8 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		p.Close()
 		return nil, err
 	}
-	if err := p.run(ctx, "initdb", "-D", p.dataDir(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+	initArgs := append([]string{"-D", p.dataDir(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"}, opts.InitArgs...)
+	if err := p.run(ctx, "initdb", initArgs...); err != nil {
 		p.Close()
 		return nil, err
 	}

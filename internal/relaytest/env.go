@@ -39,7 +39,7 @@ var ClusterSettings = map[string]string{
 
 // StartCluster starts a private cluster for a test binary. Without Postgres
 // server binaries it fails and says so: tests never skip for that.
-func StartCluster(settings map[string]string) (*devenv.Postgres, error) {
+func StartCluster(settings map[string]string, initArgs ...string) (*devenv.Postgres, error) {
 	merged := map[string]string{}
 	for k, v := range ClusterSettings {
 		merged[k] = v
@@ -49,7 +49,7 @@ func StartCluster(settings map[string]string) (*devenv.Postgres, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Settings: merged})
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Settings: merged, InitArgs: initArgs})
 	if err != nil {
 		return nil, fmt.Errorf("tests need a Postgres server: %w", err)
 	}
@@ -109,7 +109,7 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 		T: t, Cluster: cluster,
 		Database: fmt.Sprintf("t%d_%d", os.Getpid(), dbCounter.Add(1)),
 		Table:    decode.Table{Schema: "public", Name: "outbox_events"},
-		Slot:     "outbox_relay", Pub: "outbox_pub", Stream: "OUTBOX",
+		Pub:      "outbox_pub", Stream: "OUTBOX",
 		Subject: "outbox.{aggregate_type}.{event_type}", DeadSubj: "outbox_dead_letter",
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,6 +122,7 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+e.Database); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
+	e.Slot = "relay_" + e.Database // slot names are cluster-wide
 	e.PGURL = cluster.URL(e.Database)
 	t.Cleanup(func() { e.dropDatabase() })
 	e.Pool = e.OpenPool()
@@ -229,11 +230,19 @@ func (e *Env) RelayArgs() []string {
 	if e.RelayNATS != "" {
 		nurl = e.RelayNATS
 	}
+	return append(e.toolArgs(pg, nurl), "--metrics-addr", "")
+}
+
+// ToolArgs are the flags that point an operator command (verify, dlq,
+// status) at this Env.
+func (e *Env) ToolArgs() []string { return e.toolArgs(e.PGURL, e.NATSURL) }
+
+func (e *Env) toolArgs(pg, nurl string) []string {
 	return []string{
 		"--pg-url", pg, "--nats-url", nurl,
 		"--slot", e.Slot, "--publication", e.Pub, "--table", e.Table.String(),
 		"--stream", e.Stream, "--subject", e.Subject, "--dead-letter-subject", e.DeadSubj,
-		"--metrics-addr", "", "--log-format", "json",
+		"--log-format", "json",
 	}
 }
 

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+type dlqCmd struct {
+	List  dlqListCmd  `cmd:"" help:"List the events the relay sent to the dead-letter subject, with the reason."`
+	Retry dlqRetryCmd `cmd:"" help:"Publish dead-lettered events again from the outbox table (after fixing their rows or the limits)."`
+}
+
+type dlqListCmd struct {
+	pgFlags `embed:""`
+	Table   string `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
+	All     bool   `name:"all" help:"Include events already retried."`
+	JSON    bool   `name:"json" help:"Print JSON."`
+}
+
+// deadLetter is one row of `dlq list`.
+type deadLetter struct {
+	EventID       string     `json:"event_id"`
+	Reason        string     `json:"reason"`
+	CommitLSN     string     `json:"commit_lsn"`
+	DeadLettered  time.Time  `json:"dead_lettered_at"`
+	Retried       *time.Time `json:"retried_at,omitempty"`
+	AggregateType *string    `json:"aggregate_type,omitempty"`
+	AggregateID   *string    `json:"aggregate_id,omitempty"`
+	EventType     *string    `json:"event_type,omitempty"`
+}
+
+func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
+	table, err := decode.ParseTable(c.Table)
+	if err != nil {
+		return fmt.Errorf("--table: %w", err)
+	}
+	t, err := openPoolOnly(ctx, c.PGURL)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	rows, err := t.Query(ctx, `SELECT d.event_id, d.reason, COALESCE(d.commit_lsn::text, ''), d.dead_lettered_at, d.retried_at,
+			e.aggregate_type::text, e.aggregate_id::text, e.event_type::text
+		FROM `+pgx.Identifier{table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` d
+		LEFT JOIN `+table.Quoted()+` e ON e.id::text = d.event_id
+		WHERE $1 OR d.retried_at IS NULL ORDER BY d.dead_lettered_at`, c.All)
+	if err != nil {
+		return fmt.Errorf("read dead letters: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (deadLetter, error) {
+		var d deadLetter
+		err := r.Scan(&d.EventID, &d.Reason, &d.CommitLSN, &d.DeadLettered, &d.Retried, &d.AggregateType, &d.AggregateID, &d.EventType)
+		return d, err
+	})
+	if err != nil {
+		return fmt.Errorf("read dead letters: %w", err)
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "EVENT ID\tEVENT TYPE\tAGGREGATE\tDEAD-LETTERED\tRETRIED\tREASON")
+	for _, d := range list {
+		retried := "-"
+		if d.Retried != nil {
+			retried = d.Retried.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", d.EventID, deref(d.EventType), deref(d.AggregateType), deref(d.AggregateID),
+			d.DeadLettered.UTC().Format(time.RFC3339), retried, d.Reason)
+	}
+	w.Flush()
+	if len(list) == 0 {
+		fmt.Println("no dead letters")
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "(row gone)"
+	}
+	return *s
+}
+
+type dlqRetryCmd struct {
+	pgFlags   `embed:""`
+	natsFlags `embed:""`
+	nameFlags `embed:""`
+	ID        []string `name:"id" help:"Event id to retry (repeatable)."`
+	All       bool     `name:"all" help:"Retry every dead letter not retried yet."`
+}
+
+func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
+	n, err := c.nameFlags.parse()
+	if err != nil {
+		return err
+	}
+	if len(c.ID) == 0 && !c.All {
+		return errors.New("name events with --id, or pass --all")
+	}
+	t, err := openTools(ctx, c.PGURL, c.natsFlags, n)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	ids := c.ID
+	if c.All {
+		rows, err := t.pool.Query(ctx, `SELECT event_id FROM `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` WHERE retried_at IS NULL`)
+		if err != nil {
+			return fmt.Errorf("read dead letters: %w", err)
+		}
+		if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+	}
+	return t.retry(ctx, n, ids, log)
+}
+
+// retry publishes the rows with the given ids to their own subjects and
+// marks them retried; rows that would be dead letters again are reported.
+func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
+	src, err := newRowSource(ctx, t.pool, n.table)
+	if err != nil {
+		return err
+	}
+	o, err := newOneShot(ctx, t.nc, t.stream, n, t.store, log)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	found, rejected := map[string]bool{}, map[string]bool{}
+	_, err = src.each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
+		found[ev.ID] = true
+		if reason := o.pub.Rejects(ev); reason != "" {
+			rejected[ev.ID] = true
+			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", ev.ID, reason))
+			return nil
+		}
+		return o.offer(ctx, ev)
+	})
+	if ferr := o.finish(ctx); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		switch reason, again := o.deadLettered(id); {
+		case !found[id]:
+			problems = append(problems, fmt.Sprintf("%s: no such row in %s (deleted, or an event without a usable id)", id, n.table))
+		case again:
+			problems = append(problems, fmt.Sprintf("%s was dead-lettered again: %s", id, reason))
+		case !rejected[id]:
+			if _, err := t.pool.Exec(ctx, `UPDATE `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+`
+				SET retried_at = now() WHERE event_id = $1`, id); err != nil {
+				return fmt.Errorf("mark %s retried: %w", id, err)
+			}
+			fmt.Printf("%s published\n", id)
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
+}

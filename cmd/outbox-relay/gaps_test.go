@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// stopRelay stops a relay cleanly (SIGTERM).
+func stopRelay(t *testing.T, r *relaytest.Relay) {
+	t.Helper()
+	r.Term()
+	if code := r.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("relay exited %d on SIGTERM", code)
+	}
+}
+
+// expectRefusal starts a relay that must stop at once, non-zero, saying
+// what happened and how to repair.
+func expectRefusal(t *testing.T, env *relaytest.Env, want ...string) {
+	t.Helper()
+	r := startRelay(t, env)
+	if code := r.Wait(60 * time.Second); code == 0 {
+		t.Fatal("relay went on despite a gap")
+	}
+	for _, w := range append(want, "--recreate-slot") {
+		if !strings.Contains(r.Logs(), w) {
+			t.Errorf("refusal does not mention %q:\n%s", w, r.Logs())
+		}
+	}
+}
+
+// repair runs the documented way back: one start with --recreate-slot,
+// which publishes what the stream lacks, then streams on.
+func repair(t *testing.T, env *relaytest.Env) *relaytest.Relay {
+	t.Helper()
+	r := startRelay(t, env, "--recreate-slot")
+	r.WaitLog("streaming from the slot", time.Minute)
+	return r
+}
+
+// TestGapSlotDropped: the slot is dropped while the relay is stopped and
+// events are written meanwhile. The relay refuses to go on; the repair
+// publishes the events written in the gap.
+func TestGapSlotDropped(t *testing.T) {
+	env := newEnv(t)
+	r := startRelay(t, env)
+	r.WaitLog("streaming from the slot", 30*time.Second)
+	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
+	env.WaitStored(1, 10*time.Second)
+	stopRelay(t, r)
+	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
+	gap := env.Tx(relaytest.NewRow("order", "1", "in.the.gap", `{}`), relaytest.NewRow("order", "2", "in.the.gap", `{}`))
+	expectRefusal(t, env, "was dropped")
+	r = repair(t, env)
+	env.Tx(relaytest.NewRow("order", "1", "after", `{}`))
+	env.WaitRows(30 * time.Second)
+	env.Check()
+	if stored := storedByID(t, env); stored[gap[0]] == nil || stored[gap[1]] == nil {
+		t.Fatal("the events written in the gap were not published by the repair")
+	}
+	if !strings.Contains(r.Logs(), `"missing":2`) {
+		t.Error("the repair did not report the 2 missing rows")
+	}
+}
+
+// TestGapSlotRecreated: someone drops the slot and creates another under
+// the same name: it starts at "now", after events the old one still held.
+func TestGapSlotRecreated(t *testing.T) {
+	env := newEnv(t)
+	r := startRelay(t, env)
+	r.WaitLog("streaming from the slot", 30*time.Second)
+	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
+	env.WaitStored(1, 10*time.Second)
+	stopRelay(t, r)
+	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
+	env.Tx(relaytest.NewRow("order", "1", "lost.without.the.check", `{}`))
+	// Other work moves the WAL on (the check needs more than
+	// checkpoint.Slack of WAL between the relay's last record and the new slot).
+	env.Exec(`CREATE TABLE churn AS SELECT md5(random()::text) AS b FROM generate_series(1, 20000)`)
+	env.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, env.Slot)
+	expectRefusal(t, env, "beyond anything this relay confirmed")
+	repair(t, env)
+	env.WaitRows(30 * time.Second)
+	env.Check()
+}
+
+// TestGapSlotInvalidated: with max_slot_wal_keep_size, a relay stopped long
+// enough loses its slot (wal_status lost). The relay refuses and names the
+// repair, which publishes what the lost WAL held.
+func TestGapSlotInvalidated(t *testing.T) {
+	cluster, err := relaytest.StartCluster(map[string]string{
+		"max_slot_wal_keep_size": "'2MB'", "max_wal_size": "'4MB'", "min_wal_size": "'2MB'",
+	}, "--wal-segsize=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	env := relaytest.NewEnv(t, cluster)
+	r := startRelay(t, env)
+	r.WaitLog("streaming from the slot", 30*time.Second)
+	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
+	env.WaitStored(1, 10*time.Second)
+	stopRelay(t, r)
+	lost := env.Tx(relaytest.NewRow("order", "1", "in.lost.wal", `{}`))
+	env.Exec(`CREATE TABLE churn (b TEXT)`)
+	deadline := time.Now().Add(time.Minute)
+	for env.SlotInfo().WALStatus != "lost" {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot not invalidated: wal_status %q", env.SlotInfo().WALStatus)
+		}
+		env.Exec(`INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 1000)`)
+		env.Exec(`SELECT pg_switch_wal()`)
+		env.Exec(`CHECKPOINT`)
+	}
+	expectRefusal(t, env, "invalidated")
+	repair(t, env)
+	env.WaitRows(30 * time.Second)
+	env.Check()
+	if storedByID(t, env)[lost[0]] == nil {
+		t.Fatal("the event in the invalidated slot's WAL was not republished")
+	}
+}
+
+// TestGapPublicationChanged: the outbox table leaves the publication, or
+// the publication is dropped, while the relay runs: Postgres would decode
+// nothing more for the table. The relay stops instead of confirming past
+// the inserts it can no longer see.
+func TestGapPublicationChanged(t *testing.T) {
+	for name, ddl := range map[string]string{
+		"table removed": `ALTER PUBLICATION outbox_pub DROP TABLE outbox_events`,
+		"dropped":       `DROP PUBLICATION outbox_pub`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newEnv(t)
+			r := startRelay(t, env)
+			r.WaitLog("streaming from the slot", 30*time.Second)
+			env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
+			env.WaitStored(1, 10*time.Second)
+			slotBefore := env.SlotInfo().ConfirmedFlush
+			env.Exec(ddl)
+			env.Tx(relaytest.NewRow("order", "1", "unseen", `{}`))
+			if code := r.Wait(30 * time.Second); code == 0 {
+				t.Fatal("relay kept going after its publication changed")
+			}
+			if !strings.Contains(r.Logs(), "--recreate-slot") {
+				t.Errorf("the relay does not say how to repair:\n%s", r.Logs())
+			}
+			if after := env.SlotInfo().ConfirmedFlush; after > slotBefore+64<<10 {
+				t.Errorf("slot confirmed from %s to %s after the change", slotBefore, after)
+			}
+		})
+	}
+}
+
+// TestSwitchFromPolling: a polling relay leaves unprocessed rows; the WAL
+// relay starts while writers keep writing. Rows committed before the
+// slot's snapshot are published from the table, rows after it from the
+// WAL: none missing, none twice.
+func TestSwitchFromPolling(t *testing.T) {
+	env := newEnv(t)
+	for i := 0; i < 20; i++ {
+		rows := make([]relaytest.Row, 50)
+		for j := range rows {
+			rows[j] = relaytest.NewRow("legacy", "l", "pending", `{}`)
+		}
+		env.Tx(rows...)
+	}
+	env.Exec(`UPDATE outbox_events SET processed_at = now() WHERE ctid IN (SELECT ctid FROM outbox_events LIMIT 100)`)
+	processed := 100
+	stop := load(t, env)
+	time.Sleep(500 * time.Millisecond)
+	r := startRelay(t, env)
+	r.WaitLog("streaming from the slot", 30*time.Second)
+	time.Sleep(time.Second)
+	w := stop()
+	// The rows a polling relay already processed are not published again.
+	var pending int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitStored(pending, 2*time.Minute)
+	env.Exec(`DELETE FROM outbox_events WHERE processed_at IS NOT NULL`)
+	settleAndCheck(t, env, w)
+	if n := env.CountStored(); int(n) != pending {
+		t.Errorf("stream holds %d messages, want the %d unprocessed rows (the %d processed ones excluded)", n, pending, processed)
+	}
+}
+
+// TestVerifyCommand: verify passes on a healthy stream, reports an event
+// the broker lost (and exits 1), and --republish puts it back.
+func TestVerifyCommand(t *testing.T) {
+	env := newEnv(t)
+	r := startRelay(t, env, "--duplicate-window", "1s")
+	r.WaitLog("streaming from the slot", 30*time.Second)
+	ids := env.Tx(relaytest.NewRow("order", "1", "a", `{}`), relaytest.NewRow("order", "1", "b", `{}`), relaytest.NewRow("order", "2", "c", `{}`))
+	env.WaitStored(3, 10*time.Second)
+	args := append([]string{"verify"}, env.ToolArgs()...)
+	if out, err := runCLI(t, args...); err != nil || !strings.Contains(out, "OK:") {
+		t.Fatalf("verify on a healthy stream (%v):\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := env.StreamHandle(time.Second).DeleteMsg(ctx, storedByID(t, env)[ids[1]].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, args...)
+	if err == nil || !strings.Contains(out, "missing:          1 "+ids[1]) {
+		t.Fatalf("verify after the broker lost an event (%v):\n%s", err, out)
+	}
+	time.Sleep(1500 * time.Millisecond) // JetStream forgets the deleted message's id after the dedup window
+	if out, err := runCLI(t, append(args, "--republish")...); err != nil || !strings.Contains(out, "OK:") {
+		t.Fatalf("verify --republish (%v):\n%s", err, out)
+	}
+	env.Check()
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/verify"
+)
+
+// rowSource reads outbox rows with SQL, for the events the WAL cannot
+// give: rows present when a slot is created, rows a gap left out of the
+// stream, dead letters to retry. Events read this way have commit LSN 0.
+type rowSource struct {
+	table decode.Table
+	cols  map[string]string
+}
+
+func newRowSource(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (*rowSource, error) {
+	cols, err := replication.Columns(ctx, pool, table)
+	if err != nil {
+		return nil, err
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s does not exist", table)
+	}
+	return &rowSource{table: table, cols: cols}, nil
+}
+
+func (r *rowSource) has(col string) bool { _, ok := r.cols[col]; return ok }
+
+// each calls fn with the rows matching where, in the best order Postgres
+// still knows: commit timestamps when track_commit_timestamp is on, then
+// created_at (the order the seed's polling relay used), then physical
+// order, which keeps a transaction's rows in insertion order. Their WAL
+// order is out of reach: it may predate the slot by years.
+func (r *rowSource) each(ctx context.Context, db verify.Querier, where string, args []any, fn func(*decode.Event) error) (int, error) {
+	created, order := "NULL", "ctid"
+	if r.has(decode.ColumnCreatedAt) {
+		created, order = "created_at::text", "created_at, ctid"
+	}
+	var commitTS string
+	rows, err := db.Query(ctx, `SELECT current_setting('track_commit_timestamp')`)
+	if err == nil {
+		for rows.Next() {
+			_ = rows.Scan(&commitTS)
+		}
+		err = rows.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	if commitTS == "on" {
+		order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
+	}
+	rows, err = db.Query(ctx, `SELECT id::text, aggregate_type::text, aggregate_id::text, event_type::text, payload::text, `+created+`
+		FROM `+r.table.Quoted()+` WHERE `+where+` ORDER BY `+order, args...)
+	if err != nil {
+		return 0, fmt.Errorf("read rows of %s: %w", r.table, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		v := rows.RawValues()
+		ev := decode.NewEvent(decode.Fields{
+			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5],
+			PayloadIsBytea: r.cols[decode.ColumnPayload] == "bytea",
+			HasCreatedAt:   r.has(decode.ColumnCreatedAt),
+		}, decode.Position{Index: uint32(n)})
+		if err := fn(&ev); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("read rows of %s: %w", r.table, err)
+	}
+	return n, nil
+}
