@@ -193,3 +193,11 @@ func formatLSN(lsn pglogrepl.LSN) string {
 	}
 	return string(b)
 }
+
+// EventMsg returns the message the relay would publish for ev on subject
+// (for tools and benchmarks that publish outside a Publisher).
+func EventMsg(ev *decode.Event, subject string) *nats.Msg {
+	w := newWireMsg()
+	w.fillEvent(ev, subject, "")
+	return &w.msg
+}

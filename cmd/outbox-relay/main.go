@@ -28,6 +28,8 @@ type cli struct {
 	Dev     devCmd     `cmd:"" help:"Run everything locally: embedded NATS, a throwaway Postgres, the relay and demo orders."`
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
+	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
+	Natsd   natsdCmd   `cmd:"" hidden:"" help:"Run an embedded NATS server (used by bench)."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS

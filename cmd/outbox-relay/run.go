@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,6 +74,10 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	if err := runRelay(ctx, cfg, log, prometheus.NewRegistry()); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info().Msg("stopped during start-up, as asked")
+			return nil
+		}
 		return err
 	}
 	log.Info().Msg("stopped")

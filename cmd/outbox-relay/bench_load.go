@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+// scenario is one benchmark run's own outbox table, publication, slot
+// and stream, so runs never see each other's events.
+type scenario struct {
+	name  string
+	names names
+}
+
+func newScenario(name string) (scenario, error) {
+	n, err := nameFlags{
+		Slot: "bench_" + name, Publication: "bench_" + name, Table: "public.bench_" + name,
+		Stream: "BENCH_" + strings.ToUpper(name), Subject: "bench_" + name + ".{aggregate_type}.{event_type}",
+		DeadLetterSubject: "bench_" + name + "_dead_letter", DuplicateWindow: 2 * time.Minute,
+	}.parse()
+	return scenario{name: name, names: n}, err
+}
+
+// relayArgs are the flags that run the relay on this scenario.
+func (s scenario) relayArgs(pgURL, natsURL string) []string {
+	n := s.names
+	return []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", n.slot, "--publication", n.publication,
+		"--table", n.table.String(), "--stream", n.stream, "--subject", n.subject.String(), "--dead-letter-subject", n.deadLetter,
+		"--metrics-addr", "", "--log-format", "json"}
+}
+
+// prepare creates the scenario's table (through the migrations, like a
+// user would) and the procedure that fills it.
+func (s scenario) prepare(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := migrations.Apply(ctx, pool.Config().ConnConfig, migrations.Names{Table: s.names.table, Publication: s.names.publication}); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, fillProcedure)
+	return err
+}
+
+// fillProcedure writes n outbox rows, per_txn rows per transaction, with
+// ~200-byte JSON payloads over 1,000 aggregates, all inside Postgres so
+// the benchmark measures the relay, not the client that fills the table.
+const fillProcedure = `CREATE OR REPLACE PROCEDURE outbox_bench_fill(tbl regclass, n int, per_txn int) LANGUAGE plpgsql AS $$
+DECLARE i int := 0;
+BEGIN
+	SET LOCAL synchronous_commit = off;
+	WHILE i < n LOOP
+		EXECUTE format($q$INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload)
+			SELECT 'order', (g %% 1000)::text, 'order.created', jsonb_build_object(
+				'order_id', g, 'customer_id', 'customer-' || (g %% 1000), 'total', (g %% 997) * 1.25, 'currency', 'EUR',
+				'items', jsonb_build_array(jsonb_build_object('sku', 'sku-' || (g %% 50), 'qty', 1 + g %% 3)),
+				'note', repeat('x', 60))
+			FROM generate_series($1, $2) g$q$, tbl) USING i, least(i + per_txn, n) - 1;
+		COMMIT;
+		SET LOCAL synchronous_commit = off;
+		i := i + per_txn;
+	END LOOP;
+END $$`
+
+// fill writes n rows in transactions of perTxn rows and returns the WAL
+// position after them.
+func (s scenario) fill(ctx context.Context, pool *pgxpool.Pool, n, perTxn int) (pglogrepl.LSN, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	if _, err := conn.Conn().PgConn().Exec(ctx, fmt.Sprintf("CALL outbox_bench_fill('%s', %d, %d)", s.names.table.Quoted(), n, perTxn)).ReadAll(); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", s.names.table, err)
+	}
+	var lsn pglogrepl.LSN
+	err = pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	return lsn, err
+}
+
+// payloadSize returns the average payload size of the scenario's rows.
+func (s scenario) payloadSize(ctx context.Context, pool *pgxpool.Pool) int {
+	var avg float64
+	_ = pool.QueryRow(ctx, `SELECT COALESCE(avg(octet_length(payload::text)), 0) FROM `+s.names.table.Quoted()).Scan(&avg)
+	return int(avg)
+}
+
+// createSlot creates a plain pgoutput slot for a reader that is not the relay.
+func createSlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
+	_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	return err
+}
+
+func dropSlot(ctx context.Context, pool *pgxpool.Pool, slot string) {
+	_, _ = pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+}
+
+// waitDrained waits until the slot confirmed end and the stream holds n
+// relay messages.
+func waitDrained(ctx context.Context, pool *pgxpool.Pool, slot string, end pglogrepl.LSN, count func() uint64, n int) error {
+	for {
+		var confirmed pglogrepl.LSN
+		if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err != nil {
+			return err
+		}
+		if confirmed >= end && count() >= uint64(n) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not drained: slot at %s of %s, %d of %d messages stored: %w", confirmed, end, count(), n, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// slotPID returns the walsender serving the slot, 0 if none.
+func slotPID(ctx context.Context, pool *pgxpool.Pool, slot string) int {
+	var pid *int32
+	_ = pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
+	if pid == nil {
+		return 0
+	}
+	return int(*pid)
+}
+
+// sampleEvent is an event like the benchmark's rows, for the JetStream
+// limit measurement.
+func sampleEvent(i int, payloadSize int) decode.Event {
+	payload := fmt.Sprintf(`{"note": "%s", "order_id": %d}`, strings.Repeat("x", max(payloadSize-30, 1)), i)
+	return decode.Event{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), AggregateType: "order", AggregateID: fmt.Sprint(i % 1000),
+		EventType: "order.created", Payload: []byte(payload), CreatedAt: "2026-12-02T11:36:09.123456Z",
+		Position: decode.Position{CommitLSN: pglogrepl.LSN(0x1000000 + i*64), Index: 0}}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The seed article's polling relay, for comparison: a transaction selects
+// up to 100 unprocessed rows FOR UPDATE SKIP LOCKED, publishes each one and
+// waits for its PubAck, marks it processed, commits; once per one-second
+// tick ("as written"), or in a loop until the table is empty on each tick.
+// It lives in the benchmark only.
+
+type pollResult struct {
+	mode   string
+	events int
+	took   time.Duration
+}
+
+func (b *bench) polling(ctx context.Context, sc scenario, loop bool, budget time.Duration) (pollResult, error) {
+	stream := "BENCH_POLL_" + sc.names.stream
+	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench_poll_" + sc.name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+		return pollResult{}, err
+	}
+	defer b.js.DeleteStream(context.WithoutCancel(ctx), stream)
+	r := pollResult{mode: "one batch per tick (as written)"}
+	if loop {
+		r.mode = "loop until empty on each tick"
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	started := time.Now()
+	for time.Since(started) < budget {
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-tick.C:
+		}
+		for {
+			n, err := b.pollBatch(ctx, sc, "bench_poll_"+sc.name)
+			if err != nil {
+				return r, err
+			}
+			r.events += n
+			if !loop || n == 0 || time.Since(started) >= budget {
+				break
+			}
+		}
+		if loop && r.events > 0 && b.unprocessed(ctx, sc) == 0 {
+			break
+		}
+	}
+	r.took = time.Since(started)
+	return r, nil
+}
+
+// pollBatch is the seed article's processBatch.
+func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int, error) {
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, event_type, payload::text FROM `+sc.names.table.Quoted()+`
+		WHERE processed_at IS NULL AND attempts < 5 ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		return 0, err
+	}
+	type row struct{ ID, AggType, AggID, EvType, Payload string }
+	batch, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range batch {
+		msg := &nats.Msg{Subject: prefix + ".order", Data: []byte(e.Payload), Header: nats.Header{}}
+		msg.Header.Set("Nats-Msg-Id", e.ID)
+		if _, err := b.js.PublishMsg(ctx, msg); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE `+sc.names.table.Quoted()+` SET attempts = attempts + 1 WHERE id = $1`, e.ID); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+sc.names.table.Quoted()+` SET processed_at = NOW() WHERE id = $1`, e.ID); err != nil {
+			return 0, fmt.Errorf("mark processed: %w", err)
+		}
+	}
+	return len(batch), tx.Commit(ctx)
+}
+
+func (b *bench) unprocessed(ctx context.Context, sc scenario) int {
+	var n int
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()+` WHERE processed_at IS NULL`).Scan(&n)
+	return n
+}

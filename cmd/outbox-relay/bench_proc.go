@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// procStat is a process's CPU time and peak memory, read from /proc.
+type procStat struct {
+	cpu     time.Duration // user + system
+	peakRSS int64         // VmHWM, bytes
+}
+
+// readProc reads pid's CPU time and peak RSS; ok is false when the
+// process is not visible (another machine, or gone).
+func readProc(pid int) (procStat, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, false
+	}
+	// The command name may contain spaces: fields start after the last ')'.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(fields) < 13 {
+		return procStat{}, false
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	st := procStat{cpu: time.Duration(utime+stime) * time.Second / ticks}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				st.peakRSS = kb << 10
+			}
+		}
+	}
+	return st, true
+}
+
+// child is a process the benchmark started and measures.
+type child struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startChild(name string, args []string, logFile string) (*child, error) {
+	cmd := exec.Command(name, args...)
+	out, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		c.done <- cmd.Wait()
+		out.Close()
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits (SIGKILL after a while).
+func (c *child) stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		return err
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return <-c.done
+	}
+}
+
+// startNATSProcess runs `outbox-relay natsd` and waits until it listens.
+func startNATSProcess(dir string) (*child, string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := startChild(self, []string{"natsd", "--port", strconv.Itoa(port), "--store", filepath.Join(dir, "jetstream")}, filepath.Join(dir, "nats.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			return c, "nats://" + addr, nil
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, "", fmt.Errorf("nats-server did not listen on %s", addr)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// benchRow is one throughput measurement.
+type benchRow struct {
+	kind, what string
+	events     int
+	took       time.Duration
+	drain      *drainResult
+	vsRecv     *benchRow // the pg_recvlogical run on the same backlog
+}
+
+func (r *benchRow) rate() float64 { return float64(r.events) / r.took.Seconds() }
+
+type benchReport struct {
+	rows      []*benchRow
+	latencies []latencyResult
+	polls     []pollResult
+}
+
+func (r *benchReport) add(kind, what string, events int, took time.Duration, _ *benchRow) *benchRow {
+	row := &benchRow{kind: kind, what: what, events: events, took: took}
+	r.rows = append(r.rows, row)
+	progress("  %s: %d events in %s, %s events/s", kind, events, took.Round(time.Millisecond), thousands(row.rate()))
+	return row
+}
+
+func (r *benchReport) addDrain(kind, what string, d drainResult, vsRecv *benchRow) {
+	row := r.add(kind, what, d.events, d.took, nil)
+	row.drain, row.vsRecv = &d, vsRecv
+}
+
+func (r *benchReport) find(kind string) *benchRow {
+	for _, row := range r.rows {
+		if row.kind == kind {
+			return row
+		}
+	}
+	return nil
+}
+
+func (r *benchReport) print(out io.Writer, b *bench) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(out, "\nThroughput (one run, on this machine; Postgres, NATS and the relay share its cores)")
+	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\t")
+	js := r.find("L2")
+	for _, row := range r.rows {
+		if row.kind == "R3" {
+			continue
+		}
+		vsRecv, vsJS := "", ""
+		if row.vsRecv != nil {
+			vsRecv = fmt.Sprintf("%.2f×", row.rate()/row.vsRecv.rate())
+		}
+		if row.kind == "R1" && js != nil {
+			vsJS = fmt.Sprintf("%.2f×", row.rate()/js.rate())
+		}
+		fmt.Fprintf(w, "%s %s\t%d\t%.2f\t%s\t%s\t%s\t\n", row.kind, row.what, row.events, row.took.Seconds(), thousands(row.rate()), vsRecv, vsJS)
+	}
+	w.Flush()
+
+	fmt.Fprintln(out, "\nResources during the drains (CPU time per event; peak resident memory of the relay process)")
+	fmt.Fprintln(w, "run\tevents/s\trelay µs/event\trelay peak RSS\tnats-server µs/event\twalsender µs/event\t")
+	for _, row := range r.rows {
+		if row.drain == nil {
+			continue
+		}
+		d := row.drain
+		per := func(cpu time.Duration, known bool) string {
+			if !known {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.1f", float64(cpu.Microseconds())/float64(d.events))
+		}
+		fmt.Fprintf(w, "%s %s\t%s\t%s\t%.0f MiB\t%s\t%s\t\n", row.kind, row.what, thousands(row.rate()), per(d.relayCPU, true),
+			float64(d.relayRSS)/(1<<20), per(d.natsCPU, d.natsKnown), per(d.walsndCPU, d.walsndKnown))
+	}
+	w.Flush()
+
+	if len(r.latencies) > 0 {
+		fmt.Fprintln(out, "\nLatency, commit to stored in the stream (one-row transactions, 8 writer connections)")
+		fmt.Fprintln(w, "target rate\tachieved\tevents\tp50\tp99\tmax\tstored after last commit\tkeeps up\t")
+		for _, l := range r.latencies {
+			keeps := "yes"
+			if l.lagGrew || l.achieved < 0.9*l.rate {
+				keeps = "no"
+			}
+			fmt.Fprintf(w, "%.0f/s\t%.0f/s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", l.rate, l.achieved, l.events, ms(l.p50), ms(l.p99), ms(l.max), ms(l.behind), keeps)
+		}
+		w.Flush()
+	}
+
+	if len(r.polls) > 0 {
+		fmt.Fprintln(out, "\nBaseline: the seed article's polling relay (SKIP LOCKED, batches of 100, one-second poll, one PubAck at a time)")
+		fmt.Fprintln(w, "mode\tevents\tseconds\tevents/s\tthe relay is faster by\t")
+		relay := r.find("R1")
+		for _, p := range r.polls {
+			rate := float64(p.events) / p.took.Seconds()
+			faster := ""
+			if relay != nil && rate > 0 {
+				faster = fmt.Sprintf("%.0f×", relay.rate()/rate)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\t\n", p.mode, p.events, p.took.Seconds(), thousands(rate), faster)
+		}
+		w.Flush()
+	}
+	fmt.Fprintf(out, "\nEvery relay run ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", b.checked)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func thousands(f float64) string {
+	n := int64(f + 0.5)
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
