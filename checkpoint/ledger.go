@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -28,6 +29,7 @@ const Slack = 64 << 10
 // that a slot found beyond that record later is known not to be the
 // relay's work: dropped and recreated, or advanced by hand.
 type Ledger struct {
+	mu        sync.Mutex
 	store     *Store
 	limit     pglogrepl.LSN
 	minGap    time.Duration
@@ -38,14 +40,16 @@ type Ledger struct {
 
 // NewLedger returns a Ledger whose record currently allows limit.
 func NewLedger(store *Store, limit pglogrepl.LSN, log zerolog.Logger) *Ledger {
-	return &Ledger{store: store, limit: limit, minGap: time.Second, log: log, logs: retry.NewLogLimiter()}
+	return &Ledger{store: store, limit: limit, minGap: 200 * time.Millisecond, log: log, logs: retry.NewLogLimiter()}
 }
 
 // Confirmable returns the newest position up to flushed that the record
 // allows, raising the record first when flushed is beyond it: at most once
 // a second, except for the final confirmation before the relay stops.
 func (l *Ledger) Confirmable(ctx context.Context, flushed pglogrepl.LSN, final bool) pglogrepl.LSN {
-	allowed := l.Allowed()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	allowed := l.limit + Slack
 	if flushed <= allowed {
 		return flushed
 	}
@@ -73,10 +77,16 @@ func (l *Ledger) Refresh(ctx context.Context) error {
 	if !rec.Exists {
 		return errors.New("the relay's record of its slot disappeared")
 	}
+	l.mu.Lock()
 	l.limit = max(l.limit, rec.Limit)
+	l.mu.Unlock()
 	return nil
 }
 
 // Allowed returns the newest position the relay may have confirmed: the
 // recorded limit plus Slack.
-func (l *Ledger) Allowed() pglogrepl.LSN { return l.limit + Slack }
+func (l *Ledger) Allowed() pglogrepl.LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit + Slack
+}

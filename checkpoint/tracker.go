@@ -78,8 +78,11 @@ func (t *Tracker) mark(lsn pglogrepl.LSN) {
 		t.marks[n-1].lsn = max(t.marks[n-1].lsn, lsn)
 		return
 	}
-	if t.head > 0 && t.head == len(t.marks) {
-		t.marks, t.head = t.marks[:0], 0
+	if t.head > 0 && t.head >= len(t.marks)/2 {
+		// Reclaim the consumed half, so marks stay bounded by the pending
+		// ones even when they are never all consumed at once.
+		n := copy(t.marks, t.marks[t.head:])
+		t.marks, t.head = t.marks[:n], 0
 	}
 	t.marks = append(t.marks, mark{seq: t.lastSeq, lsn: lsn})
 }

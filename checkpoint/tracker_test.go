@@ -142,3 +142,20 @@ func TestTrackerModel(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerMemoryBounded: under steady load marks are never all consumed
+// at once; the slice must still stay bounded by the pending ones.
+func TestTrackerMemoryBounded(t *testing.T) {
+	tr := NewTracker(0)
+	const inFlight = 100
+	for seq := uint64(1); seq <= 1_000_000; seq++ {
+		tr.Handed(pos(pglogrepl.LSN(seq*16), 0), seq)
+		tr.Commit(pglogrepl.LSN(seq*16 + 8))
+		if seq > inFlight {
+			tr.Flushed(seq - inFlight)
+		}
+	}
+	if c := cap(tr.marks); c > 4*inFlight {
+		t.Fatalf("marks grew to capacity %d for %d pending", c, tr.Pending())
+	}
+}

@@ -103,9 +103,10 @@ func NewEvent(f Fields, pos Position) Event {
 	aid := need("aggregate_id", f.AggregateID)
 	et := need("event_type", f.EventType)
 	payload := need("payload", f.Payload)
+	var createdBuf [64]byte
 	var created []byte
 	if f.HasCreatedAt && f.CreatedAt != nil {
-		created = formatTimestamp(f.CreatedAt)
+		created = appendTimestamp(createdBuf[:0], f.CreatedAt)
 	}
 	if f.PayloadIsBytea && payload != nil {
 		decoded, err := decodeByteaHex(payload)

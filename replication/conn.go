@@ -14,12 +14,15 @@
 package replication
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net/url"
 	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -60,6 +63,10 @@ func ParseConnString(s string) (regular *pgxpool.Config, repl *pgconn.Config, er
 		}
 	}
 	repl.RuntimeParams["replication"] = "database"
+	// WAL arrives as a stream of small messages: read it in large chunks.
+	repl.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
+	}
 	return regular, repl, nil
 }
 

@@ -39,6 +39,9 @@ func (e *FatalError) Error() string {
 
 func (e *FatalError) Unwrap() error { return e.Err }
 
+// Fatal marks the error as one retrying cannot fix.
+func (e *FatalError) Fatal() bool { return true }
+
 func fatal(err error, hint string, args ...any) error {
 	return &FatalError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }

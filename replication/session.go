@@ -16,7 +16,7 @@ import (
 
 // confirmGap is the shortest time between two status updates that only
 // report progress. Keepalive replies are never delayed.
-const confirmGap = time.Second
+const confirmGap = 200 * time.Millisecond
 
 // probeEvery is how often a stream that cannot confirm (the Handler is
 // full or stalled) checks that Postgres is still up, so that a server

@@ -50,7 +50,7 @@ type Config struct {
 	Publication string
 	Table       decode.Table
 	// StatusInterval is the longest time between standby status updates
-	// (default 10s). Progress is confirmed at most once a second sooner.
+	// (default 10s). Progress is confirmed sooner, up to five times a second.
 	StatusInterval time.Duration
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
 	// before the final status update (default 10s).

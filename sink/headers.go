@@ -128,8 +128,15 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, rea
 	}
 }
 
+// optionalHeaders are set for some messages only; reset removes them. The
+// others are overwritten in place, so their slices are reused.
+var optionalHeaders = []string{HeaderCreatedAt, HeaderPercentEncoded, HeaderEventID, HeaderDeadLetterReason,
+	HeaderOriginalSubject, HeaderPayloadOmitted}
+
 func (w *wireMsg) reset(subject, reply string, data []byte) {
-	clear(w.msg.Header)
+	for _, k := range optionalHeaders {
+		delete(w.msg.Header, k)
+	}
 	w.msg.Subject, w.msg.Reply, w.msg.Data = subject, reply, data
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +24,7 @@ type Config struct {
 	// DeadLetterSubject receives events that can never be published as they
 	// are, with the reason in a header.
 	DeadLetterSubject string
-	// Window is the most messages awaiting a PubAck at once (default 1024).
+	// Window is the most messages awaiting a PubAck at once (default 4096).
 	Window int
 	// WindowBytes bounds the payload bytes held for messages awaiting a
 	// PubAck (default 64 MiB); one larger message still goes alone.
@@ -47,7 +48,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Window <= 0 {
-		c.Window = 1024
+		c.Window = 4096
 	}
 	if c.WindowBytes <= 0 {
 		c.WindowBytes = 64 << 20
@@ -83,8 +84,10 @@ type Publisher struct {
 	sub     *nats.Subscription
 	maxSize int
 
-	sendMu sync.Mutex // held while writing, so messages leave in sequence order
-	wire   *wireMsg   // guarded by sendMu
+	sendMu   sync.Mutex    // held while writing, so messages leave in sequence order
+	wire     *wireMsg      // guarded by sendMu
+	subjects *subjectCache // guarded by sendMu
+	replyBuf []byte        // guarded by sendMu
 
 	mu       sync.Mutex
 	ring     []slot
@@ -140,19 +143,20 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		size <<= 1
 	}
 	p := &Publisher{
-		nc:      nc,
-		cfg:     cfg,
-		log:     log,
-		metrics: metrics,
-		inbox:   nc.NewInbox() + ".",
-		wire:    newWireMsg(),
-		ring:    make([]slot, size),
-		mask:    uint64(size - 1),
-		head:    1,
-		next:    1,
-		healthy: true,
-		room:    make(chan struct{}, 1),
-		wake:    make(chan struct{}, 1),
+		nc:       nc,
+		cfg:      cfg,
+		log:      log,
+		metrics:  metrics,
+		inbox:    nc.NewInbox() + ".",
+		wire:     newWireMsg(),
+		subjects: newSubjectCache(cfg.Subject),
+		ring:     make([]slot, size),
+		mask:     uint64(size - 1),
+		head:     1,
+		next:     1,
+		healthy:  true,
+		room:     make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
 
 		recordLogs: retry.NewLogLimiter(),
 	}
@@ -306,7 +310,7 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 // subject instead: it is never sent as is.
 func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool) error {
 	replyTo := p.replySubject(seq, attempt)
-	subject := p.cfg.Subject.Render(ev)
+	subject := p.subjects.render(ev)
 	if deadLetter == "" {
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
@@ -336,13 +340,16 @@ func (p *Publisher) markDeadLetter(seq uint64, reason string) {
 	}
 }
 
+// replySubject returns the reply subject for an attempt at seq. The string
+// views a buffer reused for the next message: nats.go copies the subject
+// into its write buffer before PublishMsg returns. Call with sendMu held.
 func (p *Publisher) replySubject(seq uint64, attempt uint32) string {
-	var buf [64]byte
-	b := append(buf[:0], p.inbox...)
+	b := append(p.replyBuf[:0], p.inbox...)
 	b = appendUint(b, seq)
 	b = append(b, '.')
 	b = appendUint(b, uint64(attempt))
-	return string(b)
+	p.replyBuf = b
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func appendUint(b []byte, v uint64) []byte {

@@ -36,8 +36,9 @@ const (
 // The first token must be literal, so every subject lives under a fixed
 // prefix whatever the rows contain.
 type Template struct {
-	source string
-	tokens []templateToken
+	source          string
+	tokens          []templateToken
+	usesAggregateID bool
 }
 
 type templateToken struct {
@@ -55,6 +56,7 @@ func ParseTemplate(s string) (Template, error) {
 	t := Template{source: s}
 	for i, tok := range strings.Split(s, ".") {
 		if f, ok := fields[tok]; ok {
+			t.usesAggregateID = t.usesAggregateID || tok == PlaceholderAggregateID
 			if i == 0 {
 				return Template{}, fmt.Errorf("subject template %q: the first token must be a fixed prefix, not a placeholder", s)
 			}

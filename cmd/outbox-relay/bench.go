@@ -27,7 +27,7 @@ type benchCmd struct {
 	Rates    string        `name:"rates" default:"1000,2500,5000" help:"Insert rates (events/s) of the latency runs (R2)."`
 	Duration time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
 	Baseline int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
-	Window   int           `name:"window" default:"1024" help:"The relay's --window."`
+	Window   int           `name:"window" default:"4096" help:"The relay's --window."`
 }
 
 // bench holds what the measurements share.
@@ -183,7 +183,7 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 		return 0, err
 	}
 	// One short run creates the relay's slot, as a first start would.
-	relay, err := startChild(b.self, sc.relayArgs(b.pgURL, b.natsURL), b.dir+"/relay-"+sc.name+"-init.log")
+	relay, err := startChild(b.self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), b.dir+"/relay-"+sc.name+"-init.log")
 	if err != nil {
 		return 0, err
 	}
@@ -211,6 +211,9 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 
 // latencies runs the fixed-rate latency measurements (R2).
 func (b *bench) latencies(ctx context.Context) error {
+	if strings.TrimSpace(b.cfg.Rates) == "" {
+		return nil
+	}
 	sc, err := newScenario("r2")
 	if err != nil {
 		return err
@@ -219,6 +222,9 @@ func (b *bench) latencies(ctx context.Context) error {
 		return err
 	}
 	for _, s := range strings.Split(b.cfg.Rates, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
 		rate, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil || rate <= 0 {
 			return fmt.Errorf("--rates: %q is not a rate", s)

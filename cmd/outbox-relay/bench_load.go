@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,11 +31,11 @@ func newScenario(name string) (scenario, error) {
 }
 
 // relayArgs are the flags that run the relay on this scenario.
-func (s scenario) relayArgs(pgURL, natsURL string) []string {
+func (s scenario) relayArgs(pgURL, natsURL string, window int) []string {
 	n := s.names
 	return []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", n.slot, "--publication", n.publication,
 		"--table", n.table.String(), "--stream", n.stream, "--subject", n.subject.String(), "--dead-letter-subject", n.deadLetter,
-		"--metrics-addr", "", "--log-format", "json"}
+		"--window", strconv.Itoa(window), "--metrics-addr", "", "--log-format", "json"}
 }
 
 // prepare creates the scenario's table (through the migrations, like a

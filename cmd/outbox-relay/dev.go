@@ -56,7 +56,7 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	cfg, err := (&runCmd{pgFlags: pgFlags{PGURL: pgURL}, natsFlags: natsFlags{NATSURL: natsURL},
-		nameFlags: defaultNames(), relayFlags: relayFlags{Window: 1024, WindowBytes: 64 << 20, AckTimeout: 5 * time.Second,
+		nameFlags: defaultNames(), relayFlags: relayFlags{Window: 4096, WindowBytes: 64 << 20, AckTimeout: 5 * time.Second,
 			StatusInterval: 10 * time.Second, DrainTimeout: 10 * time.Second, MetricsAddr: c.MetricsAddr}}).config()
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logg
 		nats.PingInterval(5 * time.Second),
 		nats.MaxPingsOutstanding(3),
 		nats.FlusherTimeout(10 * time.Second),
+		// A large write buffer lets the flusher goroutine send big writes
+		// instead of the publishing goroutine flushing every 32 KiB inline.
+		nats.WriteBufferSize(1 << 20),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")

@@ -19,14 +19,13 @@ type pipeline struct {
 	pub     *sink.Publisher
 	tracker *checkpoint.Tracker
 	ledger  *checkpoint.Ledger
+	// gate clears positions for confirmation (the ledger written, the
+	// publication checked) without blocking the replication goroutine.
+	gate *checkpoint.Gate
 	// stored are the events of the replay the stream held when the
 	// current replication session started.
 	stored  *checkpoint.Stored
 	skipped prometheus.Counter
-	// guard checks, before the confirmed position moves, that nothing the
-	// relay relies on changed (the table is still published).
-	guard     func(context.Context) error
-	confirmed pglogrepl.LSN
 }
 
 func (p *pipeline) Event(ev *decode.Event) bool {
@@ -50,13 +49,10 @@ func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
 
 func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error) {
 	flushed := p.tracker.Flushed(p.pub.AckedThrough())
-	if flushed > p.confirmed && p.guard != nil {
-		if err := p.guard(ctx); err != nil {
-			return p.confirmed, err
-		}
+	if final {
+		return p.gate.Final(ctx, flushed), nil
 	}
-	p.confirmed = p.ledger.Confirmable(ctx, flushed, final)
-	return p.confirmed, nil
+	return p.gate.Allow(flushed)
 }
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }

@@ -134,6 +134,7 @@ func runRelay(ctx context.Context, cfg relayConfig, log zerolog.Logger, reg *pro
 	}
 	monitor := replication.NewMonitor(pool, cfg.names.slot, 5*time.Second, log.With().Str("component", "monitor").Logger(), replMetrics)
 	bg.goRun("slot monitor", monitor.Run)
+	bg.goRun("confirmation gate", pipe.gate.Run)
 	health.setReady(func() error {
 		switch {
 		case !wal.Streaming():

@@ -79,10 +79,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 	}
 	s.log.Info().Str("slot", names.slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
 
-	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped,
-		guard: func(ctx context.Context) error {
-			return replication.CheckPublication(ctx, s.pool, names.table, names.publication)
-		}}
+	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
 	switch action {
 	case checkpoint.Resume:
 		pipe.ledger = checkpoint.NewLedger(store, rec.Limit, s.log)
@@ -107,7 +104,21 @@ func (s *starter) start(ctx context.Context) (*pipeline, error) {
 		}
 		pipe.ledger = checkpoint.NewLedger(store, point, s.log)
 	}
+	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
 	return pipe, nil
+}
+
+// checkPublication returns the WAL position before which the outbox table
+// was verified to be in the publication.
+func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
+	var at pglogrepl.LSN
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&at); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	if err := replication.CheckPublication(ctx, s.pool, s.cfg.names.table, s.cfg.names.publication); err != nil {
+		return 0, err
+	}
+	return at, nil
 }
 
 // bootstrap creates the slot and publishes, from its snapshot, the rows

@@ -1,0 +1,66 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/rs/zerolog"
+)
+
+type fatalErr struct{ error }
+
+func (fatalErr) Fatal() bool { return true }
+
+// TestGate: positions are cleared only up to where the publication was
+// verified, Allow never blocks, and a failed check stops confirmation.
+func TestGate(t *testing.T) {
+	var at atomic.Uint64
+	at.Store(0x1000)
+	var broken atomic.Bool
+	check := func(context.Context) (pglogrepl.LSN, error) {
+		if broken.Load() {
+			return 0, fatalErr{errors.New("table left the publication")}
+		}
+		return pglogrepl.LSN(at.Load()), nil
+	}
+	ledger := NewLedger(nil, 1<<40, zerolog.Nop()) // a limit far ahead: no record writes
+	g := NewGate(ledger, check, zerolog.Nop())
+	g.every = 5 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+
+	waitFor := func(flushed, want pglogrepl.LSN) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			got, err := g.Allow(flushed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == want {
+				return
+			}
+			if got > want || time.Now().After(deadline) {
+				t.Fatalf("Allow(%s) = %s, want %s", flushed, got, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor(0x800, 0x800)   // behind the verified position: at once
+	waitFor(0x2000, 0x1000) // ahead of it: only up to it
+	at.Store(0x3000)
+	waitFor(0x2000, 0x2000)
+	broken.Store(true)
+	if err := <-done; err == nil {
+		t.Fatal("Run did not stop on a failed check")
+	}
+	if _, err := g.Allow(0x2500); err == nil {
+		t.Fatal("Allow still clears positions after a failed check")
+	}
+}
