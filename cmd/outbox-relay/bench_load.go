@@ -44,7 +44,10 @@ func (s scenario) prepare(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := migrations.Apply(ctx, pool.Config().ConnConfig, migrations.Names{Table: s.names.table, Publication: s.names.publication}); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, fillProcedure)
+	if _, err := pool.Exec(ctx, fillProcedure); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, pacedProcedure)
 	return err
 }
 
@@ -65,6 +68,29 @@ BEGIN
 		COMMIT;
 		SET LOCAL synchronous_commit = off;
 		i := i + per_txn;
+	END LOOP;
+END $$`
+
+// pacedProcedure commits one-row transactions at a fixed rate, inside
+// Postgres: the load generator must not be what saturates the machine.
+// Each payload records clock_timestamp() just before its COMMIT.
+const pacedProcedure = `CREATE OR REPLACE PROCEDURE outbox_bench_paced(tbl regclass, rate float8, seconds float8, worker int, workers int) LANGUAGE plpgsql AS $$
+DECLARE
+	start timestamptz := clock_timestamp();
+	n int := (rate * seconds / workers)::int;
+	target timestamptz;
+	k int;
+BEGIN
+	FOR i IN 0 .. n - 1 LOOP
+		k := i * workers + worker;
+		target := start + make_interval(secs => k / rate);
+		IF clock_timestamp() < target THEN
+			PERFORM pg_sleep(extract(epoch FROM target - clock_timestamp()));
+		END IF;
+		EXECUTE format($q$INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload)
+			VALUES ('order', $1, 'order.created', jsonb_build_object('order_id', $2, 'note', repeat('x', 120), 'written_at', clock_timestamp()))$q$, tbl)
+			USING (k % 1000)::text, k;
+		COMMIT;
 	END LOOP;
 END $$`
 

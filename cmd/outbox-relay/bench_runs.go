@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -103,7 +105,7 @@ type latencyResult struct {
 	lagGrew        bool
 }
 
-// latency writes one-row transactions at rate for d while the relay runs,
+// latency commits one-row transactions at rate for d while the relay runs,
 // and measures, per event, the time from its commit to its storage in the
 // stream, both on this machine's clock.
 func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.Duration) (latencyResult, error) {
@@ -119,81 +121,48 @@ func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.D
 	if err := waitSlotActive(ctx, b.pool, sc.names.slot); err != nil {
 		return latencyResult{}, err
 	}
-	stored := newStoredTimes()
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	info, err := stream.Info(ctx)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if meta, err := m.Metadata(); err == nil {
-			stored.add(m.Headers().Get("Nats-Msg-Id"), meta.Timestamp)
-		}
-	})
+	started := time.Now()
+	lagGrew, err := b.writeAtRate(ctx, sc, rate, d)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	defer cc.Stop()
-
-	commits, lagGrew, err := b.writeAtRate(ctx, sc, rate, d)
+	took := time.Since(started)
+	// Each message's stored time is in its metadata and its commit time in
+	// its payload: read them after the run, so no consumer competes with
+	// the relay while it is measured.
+	lats, behind, n, err := commitToStored(ctx, b.pool, stream, sc, info.State.LastSeq)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	last := time.Time{}
-	for _, c := range commits {
-		last = maxTime(last, c)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for stored.len() < len(commits) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if stored.len() < len(commits) {
-		return latencyResult{}, fmt.Errorf("only %d of %d events stored", stored.len(), len(commits))
-	}
-	r := latencyResult{rate: rate, achieved: float64(len(commits)) / d.Seconds(), events: len(commits), lagGrew: lagGrew}
-	var lats []time.Duration
-	var lastStored time.Time
-	for id, c := range commits {
-		s := stored.get(id)
-		lastStored = maxTime(lastStored, s)
-		lats = append(lats, max(s.Sub(c), 0))
-	}
-	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	r := latencyResult{rate: rate, achieved: float64(n) / took.Seconds(), events: n, lagGrew: lagGrew, behind: behind}
 	r.p50, r.p99, r.max = lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1]
-	r.behind = max(lastStored.Sub(last), 0)
 	return r, b.check(ctx, sc, stream)
 }
 
-// writeAtRate commits one-row transactions at rate for d from several
-// connections and returns each event's commit time. It also reports
-// whether the slot's lag kept growing.
-func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d time.Duration) (map[string]time.Time, bool, error) {
-	const writers = 8
-	var mu sync.Mutex
-	commits := map[string]time.Time{}
+// writeAtRate commits one-row transactions at rate for d, from paced
+// procedures inside Postgres (one per 2,000 events/s). It reports whether
+// the slot's lag kept growing.
+func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d time.Duration) (bool, error) {
+	workers := int(rate/2000) + 1
 	var wg sync.WaitGroup
-	errc := make(chan error, writers)
-	start := time.Now()
-	interval := time.Duration(float64(time.Second) * writers / rate)
-	for w := 0; w < writers; w++ {
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			next := start.Add(interval * time.Duration(w) / writers)
-			for i := 0; time.Since(start) < d; i++ {
-				time.Sleep(time.Until(next))
-				next = next.Add(interval)
-				var id string
-				err := b.pool.QueryRow(ctx, `INSERT INTO `+sc.names.table.Quoted()+` (aggregate_type, aggregate_id, event_type, payload)
-					VALUES ('order', $1, 'order.created', jsonb_build_object('order_id', $2::int, 'note', repeat('x', 150))) RETURNING id::text`,
-					fmt.Sprint((w*1000+i)%1000), w*1_000_000+i).Scan(&id)
-				if err != nil {
-					errc <- err
-					return
-				}
-				now := time.Now()
-				mu.Lock()
-				commits[id] = now
-				mu.Unlock()
+			conn, err := b.pool.Acquire(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer conn.Release()
+			call := fmt.Sprintf("CALL outbox_bench_paced('%s', %g, %g, %d, %d)", sc.names.table.Quoted(), rate, d.Seconds(), w, workers)
+			if _, err := conn.Conn().PgConn().Exec(ctx, call).ReadAll(); err != nil {
+				errc <- fmt.Errorf("paced writer: %w", err)
 			}
 		}(w)
 	}
@@ -201,9 +170,45 @@ func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d ti
 	wg.Wait()
 	close(errc)
 	if err := <-errc; err != nil {
-		return nil, false, err
+		return false, err
 	}
-	return commits, growing(<-lags), nil
+	return growing(<-lags), nil
+}
+
+// commitToStored waits until the stream holds every row written after its
+// sequence skip, and returns the sorted latencies from commit (the
+// payload's written_at) to storage, how long after the last commit the last
+// event was stored, and how many events were measured.
+func commitToStored(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, sc scenario, skip uint64) ([]time.Duration, time.Duration, int, error) {
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()).Scan(&rows); err != nil {
+		return nil, 0, 0, err
+	}
+	want := rows - int(skip)
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var lats []time.Duration
+		var lastCommit, lastStored time.Time
+		err := sink.ForEach(ctx, stream, []string{sc.names.subject.Filter()}, sink.Read{From: skip + 1}, func(m *jetstream.RawStreamMsg) bool {
+			var p struct {
+				WrittenAt time.Time `json:"written_at"`
+			}
+			if json.Unmarshal(m.Data, &p) == nil && !p.WrittenAt.IsZero() {
+				lats = append(lats, max(m.Time.Sub(p.WrittenAt), 0))
+				lastCommit, lastStored = maxTime(lastCommit, p.WrittenAt), maxTime(lastStored, m.Time)
+			}
+			return true
+		})
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if want > 0 && len(lats) >= want {
+			sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+			return lats, max(lastStored.Sub(lastCommit), 0), len(lats), nil
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, 0, fmt.Errorf("only %d of %d events stored", len(lats), want)
+		}
+	}
 }
 
 // sampleLag samples the slot's lag every 500ms for d.
@@ -236,31 +241,6 @@ func growing(lags []int64) bool {
 	}
 	first, second := avg(lags[:len(lags)/2]), avg(lags[len(lags)/2:])
 	return second > 2*first && second > 4<<20
-}
-
-type storedTimes struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-func newStoredTimes() *storedTimes { return &storedTimes{m: map[string]time.Time{}} }
-
-func (s *storedTimes) add(id string, t time.Time) {
-	s.mu.Lock()
-	s.m[id] = t
-	s.mu.Unlock()
-}
-
-func (s *storedTimes) get(id string) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[id]
-}
-
-func (s *storedTimes) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
 }
 
 func maxTime(a, b time.Time) time.Time {
