@@ -19,9 +19,10 @@ import (
 const confirmGap = 200 * time.Millisecond
 
 // probeEvery is how often a stream that cannot confirm (the Handler is
-// full or stalled) checks that Postgres is still up, so that a server
-// shutting down is not held back by a replication connection waiting for
-// NATS.
+// full or stalled, or the server waits for a confirmation the relay cannot
+// give yet) checks that Postgres is still up, so that a server shutting
+// down is not held back by a replication connection waiting for NATS or
+// for a checkpoint write that the shutdown itself refuses.
 const probeEvery = time.Second
 
 // silenceLimit is how long the connection may stay silent before the relay
@@ -30,7 +31,8 @@ const probeEvery = time.Second
 const silenceLimit = 10 * time.Second
 
 // errRelease ends a session on purpose: Postgres is shutting down while the
-// Handler is blocked, and the walsender would wait for us forever.
+// relay cannot confirm all it was sent, and the walsender would wait for
+// that confirmation forever.
 var errRelease = errors.New("released the replication connection")
 
 // session is one replication connection: the receive loop and the status
@@ -43,9 +45,10 @@ type session struct {
 	sent       pglogrepl.LSN // flush position in the last status update
 	lastStatus time.Time
 	wakeAt     time.Time
-	lastRecv   time.Time // when the server last sent anything
-	askedAt    time.Time // when a reply was requested for the current silence
-	lastProbe  time.Time // when Postgres was last checked for a shutdown
+	lastRecv   time.Time     // when the server last sent anything
+	askedAt    time.Time     // when a reply was requested for the current silence
+	lastProbe  time.Time     // when Postgres was last checked for a shutdown
+	serverEnd  pglogrepl.LSN // WAL end in the server's last keepalive
 	ignored    map[string]bool
 }
 
@@ -122,6 +125,7 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if !s.dec.InTransaction() {
 			s.h.Idle(ka.ServerWALEnd)
 		}
+		s.serverEnd = ka.ServerWALEnd
 		return s.tick(ctx, ka.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -231,7 +235,11 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	if ctx.Err() == nil {
 		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
 	}
-	if s.h.Stalled() && now.Sub(s.lastProbe) >= probeEvery {
+	// A walsender that is shutting down asks for a reply until the client
+	// has confirmed everything sent; the relay may be unable to (NATS is
+	// down, or the checkpoint tables refuse writes during the shutdown).
+	waiting := s.h.Stalled() || (replyRequested && flushed < s.serverEnd)
+	if waiting && now.Sub(s.lastProbe) >= probeEvery {
 		s.lastProbe = now
 		if s.serverStopping(ctx) {
 			return errRelease
