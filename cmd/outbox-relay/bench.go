@@ -28,6 +28,8 @@ type benchCmd struct {
 	Duration time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
 	Baseline int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
 	Window   int           `name:"window" default:"4096" help:"The relay's --window."`
+	// LatencyFile lets users plot a run: tails are easier to explain over time.
+	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
 }
 
 // bench holds what the measurements share.
@@ -203,10 +205,12 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 	progress("writing %d events in %d-row transactions (the relay is stopped)", n, perTxn)
 	started := time.Now()
 	end, err := sc.fill(ctx, b.pool, n, perTxn)
-	if err == nil {
-		progress("  written in %s", time.Since(started).Round(10*time.Millisecond))
+	if err != nil {
+		return 0, err
 	}
-	return end, err
+	progress("  written in %s", time.Since(started).Round(10*time.Millisecond))
+	sc.quiesce(ctx, b.pool)
+	return end, nil
 }
 
 // latencies runs the fixed-rate latency measurements (R2).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -115,4 +116,43 @@ func startNATSProcess(dir string) (*child, string, error) {
 			return nil, "", fmt.Errorf("nats-server did not listen on %s", addr)
 		}
 	}
+}
+
+// cpuShare is the CPU time each process of the pipeline used during a run.
+type cpuShare struct {
+	relay, nats, walsender, writers         time.Duration
+	natsKnown, walsenderKnown, writersKnown bool
+}
+
+// meter reads the pipeline's processes at the start and end of a run.
+type meter struct {
+	b                      *bench
+	relayPID, walsndPID    int
+	relay, nats, walsnd    procStat
+	natsKnown, walsndKnown bool
+}
+
+// startMeter starts measuring the relay, nats-server and the walsender
+// serving the scenario's slot.
+func (b *bench) startMeter(ctx context.Context, sc scenario, relayPID int) *meter {
+	m := &meter{b: b, relayPID: relayPID, walsndPID: slotPID(ctx, b.pool, sc.names.slot)}
+	m.relay, _ = readProc(relayPID)
+	m.nats, m.natsKnown = b.natsStat()
+	m.walsnd, m.walsndKnown = readProc(m.walsndPID)
+	m.walsndKnown = m.walsndKnown && m.walsndPID != 0
+	return m
+}
+
+func (m *meter) stop() cpuShare {
+	var c cpuShare
+	if st, ok := readProc(m.relayPID); ok {
+		c.relay = st.cpu - m.relay.cpu
+	}
+	if st, ok := m.b.natsStat(); ok && m.natsKnown {
+		c.nats, c.natsKnown = st.cpu-m.nats.cpu, true
+	}
+	if st, ok := readProc(m.walsndPID); ok && m.walsndKnown {
+		c.walsender, c.walsenderKnown = st.cpu-m.walsnd.cpu, true
+	}
+	return c
 }

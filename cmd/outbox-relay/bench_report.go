@@ -84,14 +84,28 @@ func (r *benchReport) print(out io.Writer, b *bench) {
 	w.Flush()
 
 	if len(r.latencies) > 0 {
-		fmt.Fprintln(out, "\nLatency, commit to stored in the stream (one-row transactions, 8 writer connections)")
-		fmt.Fprintln(w, "target rate\tachieved\tevents\tp50\tp99\tmax\tstored after last commit\tkeeps up\t")
+		fmt.Fprintln(out, "\nLatency, commit to stored in the stream (one-row transactions from paced writers inside Postgres)")
+		fmt.Fprintln(w, "target rate\twriters\tachieved\tevents\tp50\tp99\tmax\tp99 incl. COMMIT's flush\tstored after last commit\tkeeps up\t")
 		for _, l := range r.latencies {
 			keeps := "yes"
 			if l.lagGrew || l.achieved < 0.9*l.rate {
 				keeps = "no"
 			}
-			fmt.Fprintf(w, "%.0f/s\t%.0f/s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", l.rate, l.achieved, l.events, ms(l.p50), ms(l.p99), ms(l.max), ms(l.behind), keeps)
+			fmt.Fprintf(w, "%.0f/s\t%d\t%.0f/s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.rate, l.writers, l.achieved, l.events, ms(l.p50), ms(l.p99), ms(l.max), ms(l.p99WithCommit), ms(l.behind), keeps)
+		}
+		w.Flush()
+		fmt.Fprintln(out, "\nWhere the CPU goes during the latency runs (µs per event; % of one core)")
+		fmt.Fprintln(w, "target rate\trelay\tnats-server\twalsender\twriters' backends\t")
+		for _, l := range r.latencies {
+			c, secs := l.cpu, float64(l.events)/l.achieved
+			share := func(cpu time.Duration, known bool) string {
+				if !known {
+					return "n/a"
+				}
+				return fmt.Sprintf("%.0f µs, %.0f%%", float64(cpu.Microseconds())/float64(l.events), 100*cpu.Seconds()/secs)
+			}
+			fmt.Fprintf(w, "%.0f/s\t%s\t%s\t%s\t%s\t\n", l.rate, share(c.relay, true), share(c.nats, c.natsKnown),
+				share(c.walsender, c.walsenderKnown), share(c.writers, c.writersKnown))
 		}
 		w.Flush()
 	}

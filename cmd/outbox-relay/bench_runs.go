@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -99,8 +102,11 @@ func (b *bench) check(ctx context.Context, sc scenario, stream jetstream.Stream)
 // latencyResult is one fixed-rate run.
 type latencyResult struct {
 	rate, achieved float64
+	writers        int
 	events         int
-	p50, p99, max  time.Duration
+	p50, p99, max  time.Duration // from COMMIT returning
+	p99WithCommit  time.Duration // from just before COMMIT: includes its WAL flush
+	cpu            cpuShare      // where the machine's time went meanwhile
 	behind         time.Duration // from the last commit until everything was stored
 	lagGrew        bool
 }
@@ -118,6 +124,11 @@ func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.D
 	if err != nil {
 		return latencyResult{}, err
 	}
+	// Not only the slot being active: on a first start its creator holds
+	// it for a moment, and the walsender measured must be the streaming one.
+	if err := waitLogLine(ctx, filepath.Join(b.dir, "relay-"+sc.name+".log"), "streaming from the slot"); err != nil {
+		return latencyResult{}, err
+	}
 	if err := waitSlotActive(ctx, b.pool, sc.names.slot); err != nil {
 		return latencyResult{}, err
 	}
@@ -125,44 +136,118 @@ func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.D
 	if err != nil {
 		return latencyResult{}, err
 	}
+	meter := b.startMeter(ctx, sc, relay.pid())
 	started := time.Now()
-	lagGrew, err := b.writeAtRate(ctx, sc, rate, d)
+	committed, writersCPU, lagGrew, err := b.writeAtRate(ctx, sc, rate, d)
 	if err != nil {
 		return latencyResult{}, err
 	}
 	took := time.Since(started)
+	cpu := meter.stop()
+	cpu.writers, cpu.writersKnown = writersCPU, writersCPU > 0
 	// Each message's stored time is in its metadata and its commit time in
 	// its payload: read them after the run, so no consumer competes with
 	// the relay while it is measured.
-	lats, behind, n, err := commitToStored(ctx, b.pool, stream, sc, info.State.LastSeq)
+	samples, err := commitToStored(ctx, b.pool, stream, sc, info.State.LastSeq, committed)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	r := latencyResult{rate: rate, achieved: float64(n) / took.Seconds(), events: n, lagGrew: lagGrew, behind: behind}
-	r.p50, r.p99, r.max = lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1]
+	if err := b.writeLatencies(rate, samples); err != nil {
+		return latencyResult{}, err
+	}
+	r := summarize(samples)
+	r.rate, r.achieved, r.writers, r.lagGrew, r.cpu = rate, float64(r.events)/took.Seconds(), writersFor(rate), lagGrew, cpu
 	return r, b.check(ctx, sc, stream)
 }
 
+// latencySample is one event of a latency run, all times on this
+// machine's clock.
+type latencySample struct {
+	seq          uint64
+	beforeCommit time.Time // just before COMMIT, inside the transaction
+	committed    time.Time // when COMMIT returned: durable and visible
+	stored       time.Time // stored in the stream
+}
+
+// latency is the time from commit to stream. Postgres may send the WAL
+// before COMMIT returns to the writer, so it can be 0.
+func (s latencySample) latency() time.Duration { return max(s.stored.Sub(s.committed), 0) }
+
+// withCommit adds the commit's own wait (WAL flush) to the latency.
+func (s latencySample) withCommit() time.Duration { return max(s.stored.Sub(s.beforeCommit), 0) }
+
+// summarize computes a run's percentiles and how long after the last
+// commit the last event was stored.
+func summarize(samples []latencySample) latencyResult {
+	lats := make([]time.Duration, len(samples))
+	withCommit := make([]time.Duration, len(samples))
+	var lastCommit, lastStored time.Time
+	for i, s := range samples {
+		lats[i], withCommit[i] = s.latency(), s.withCommit()
+		lastCommit, lastStored = maxTime(lastCommit, s.committed), maxTime(lastStored, s.stored)
+	}
+	sortDurations(lats)
+	sortDurations(withCommit)
+	n := len(lats)
+	return latencyResult{events: n, p50: lats[n/2], p99: lats[n*99/100], max: lats[n-1],
+		p99WithCommit: withCommit[n*99/100], behind: max(lastStored.Sub(lastCommit), 0)}
+}
+
+func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
+
+// writeLatencies appends a run's samples to --latency-file, if given.
+func (b *bench) writeLatencies(rate float64, samples []latencySample) error {
+	if b.cfg.LatencyFile == "" {
+		return nil
+	}
+	f, err := os.OpenFile(b.cfg.LatencyFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("--latency-file: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		fmt.Fprintln(w, "rate,stream_seq,before_commit_unix_us,committed_unix_us,stored_unix_us,latency_us")
+	}
+	for _, s := range samples {
+		fmt.Fprintf(w, "%g,%d,%d,%d,%d,%d\n", rate, s.seq, s.beforeCommit.UnixMicro(), s.committed.UnixMicro(), s.stored.UnixMicro(), s.latency().Microseconds())
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("--latency-file: %w", err)
+	}
+	return f.Close()
+}
+
+// writersFor is how many paced writers a rate needs: one plpgsql loop
+// keeps up with about 2,000 commits a second here.
+func writersFor(rate float64) int { return int(rate/2000) + 1 }
+
 // writeAtRate commits one-row transactions at rate for d, from paced
-// procedures inside Postgres (one per 2,000 events/s). It reports whether
-// the slot's lag kept growing.
-func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d time.Duration) (bool, error) {
-	workers := int(rate/2000) + 1
+// procedures inside Postgres (writersFor(rate) of them). It returns when
+// each event's COMMIT returned, by order_id, the CPU time of the writers'
+// backends (0 when Postgres runs elsewhere), and whether the slot's lag
+// kept growing.
+func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d time.Duration) (map[int]time.Time, time.Duration, bool, error) {
+	workers := writersFor(rate)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	committed := map[int]time.Time{}
+	var cpu time.Duration
 	errc := make(chan error, workers)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			conn, err := b.pool.Acquire(ctx)
+			times, used, err := b.pacedWriter(ctx, sc, rate, d, w, workers)
 			if err != nil {
 				errc <- err
 				return
 			}
-			defer conn.Release()
-			call := fmt.Sprintf("CALL outbox_bench_paced('%s', %g, %g, %d, %d)", sc.names.table.Quoted(), rate, d.Seconds(), w, workers)
-			if _, err := conn.Conn().PgConn().Exec(ctx, call).ReadAll(); err != nil {
-				errc <- fmt.Errorf("paced writer: %w", err)
+			mu.Lock()
+			defer mu.Unlock()
+			cpu += used
+			for i, t := range times {
+				committed[i*workers+w] = t
 			}
 		}(w)
 	}
@@ -170,43 +255,80 @@ func (b *bench) writeAtRate(ctx context.Context, sc scenario, rate float64, d ti
 	wg.Wait()
 	close(errc)
 	if err := <-errc; err != nil {
-		return false, err
+		return nil, 0, false, err
 	}
-	return growing(<-lags), nil
+	return committed, cpu, growing(<-lags), nil
+}
+
+// pacedWriter runs one paced procedure and returns when each of its
+// COMMITs returned and the CPU time its backend used.
+func (b *bench) pacedWriter(ctx context.Context, sc scenario, rate float64, d time.Duration, w, workers int) ([]time.Time, time.Duration, error) {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Release()
+	pid := int(conn.Conn().PgConn().PID())
+	before, known := readProc(pid)
+	call := fmt.Sprintf("CALL %s(%g, %g, %d, %d, NULL)", sc.pacedName(), rate, d.Seconds(), w, workers)
+	results, err := conn.Conn().PgConn().Exec(ctx, call).ReadAll()
+	if err != nil {
+		return nil, 0, fmt.Errorf("paced writer: %w", err)
+	}
+	var used time.Duration
+	if after, ok := readProc(pid); ok && known {
+		used = after.cpu - before.cpu
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {
+		return nil, 0, errors.New("paced writer: the procedure returned no commit times")
+	}
+	times, err := parseMicros(string(results[0].Rows[0][0]))
+	return times, used, err
+}
+
+// parseMicros parses a bigint[] of Unix microseconds in Postgres's text form.
+func parseMicros(text string) ([]time.Time, error) {
+	var times []time.Time
+	for _, f := range strings.Split(strings.Trim(text, "{}"), ",") {
+		if f == "" {
+			continue
+		}
+		us, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("paced writer: commit time %q: %w", f, err)
+		}
+		times = append(times, time.UnixMicro(us))
+	}
+	return times, nil
 }
 
 // commitToStored waits until the stream holds every row written after its
-// sequence skip, and returns the sorted latencies from commit (the
-// payload's written_at) to storage, how long after the last commit the last
-// event was stored, and how many events were measured.
-func commitToStored(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, sc scenario, skip uint64) ([]time.Duration, time.Duration, int, error) {
-	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()).Scan(&rows); err != nil {
-		return nil, 0, 0, err
-	}
-	want := rows - int(skip)
+// sequence skip, and returns each event's times, in stream order.
+func commitToStored(ctx context.Context, pool *pgxpool.Pool, stream jetstream.Stream, sc scenario, skip uint64, committed map[int]time.Time) ([]latencySample, error) {
+	want := len(committed)
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		var lats []time.Duration
-		var lastCommit, lastStored time.Time
+		var samples []latencySample
 		err := sink.ForEach(ctx, stream, []string{sc.names.subject.Filter()}, sink.Read{From: skip + 1}, func(m *jetstream.RawStreamMsg) bool {
 			var p struct {
+				OrderID   int       `json:"order_id"`
 				WrittenAt time.Time `json:"written_at"`
 			}
-			if json.Unmarshal(m.Data, &p) == nil && !p.WrittenAt.IsZero() {
-				lats = append(lats, max(m.Time.Sub(p.WrittenAt), 0))
-				lastCommit, lastStored = maxTime(lastCommit, p.WrittenAt), maxTime(lastStored, m.Time)
+			if json.Unmarshal(m.Data, &p) != nil || p.WrittenAt.IsZero() {
+				return true
+			}
+			if at, ok := committed[p.OrderID]; ok {
+				samples = append(samples, latencySample{seq: m.Sequence, beforeCommit: p.WrittenAt, committed: at, stored: m.Time})
 			}
 			return true
 		})
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, err
 		}
-		if want > 0 && len(lats) >= want {
-			sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-			return lats, max(lastStored.Sub(lastCommit), 0), len(lats), nil
+		if want > 0 && len(samples) >= want {
+			return samples, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, 0, fmt.Errorf("only %d of %d events stored", len(lats), want)
+			return nil, fmt.Errorf("only %d of %d events stored", len(samples), want)
 		}
 	}
 }
