@@ -154,17 +154,21 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 			b.report.add("L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took, nil)
 		}
 		progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
+		watch := watchWalsender(ctx, b.pool, "recv_"+sc.name)
 		took, err := pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.names.publication, end)
 		if err != nil {
 			return err
 		}
 		recv := b.report.add("L1", "pg_recvlogical, "+label, b.cfg.Events, took, nil)
+		recv.walsnd, recv.walsndKnown = watch()
 		progress("L1: the relay's receiver and decoder, publishing off, over %s", label)
+		watch = watchWalsender(ctx, b.pool, "bare_"+sc.name)
 		took, err = bareReceiver(ctx, b.pool, b.repl, "bare_"+sc.name, sc.names.publication, sc.names.table, b.cfg.Events)
 		if err != nil {
 			return err
 		}
-		b.report.add("L1", "relay receiver, no publishing, "+label, b.cfg.Events, took, nil)
+		bare := b.report.add("L1", "relay receiver, no publishing, "+label, b.cfg.Events, took, nil)
+		bare.walsnd, bare.walsndKnown = watch()
 		dropSlot(ctx, b.pool, "recv_"+sc.name)
 		dropSlot(ctx, b.pool, "bare_"+sc.name)
 		progress("R1: the relay draining %d events in %s", b.cfg.Events, label)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // procStat is a process's CPU time and peak memory, read from /proc.
@@ -155,4 +157,34 @@ func (m *meter) stop() cpuShare {
 		c.walsender, c.walsenderKnown = st.cpu-m.walsnd.cpu, true
 	}
 	return c
+}
+
+// watchWalsender follows the CPU time of the walsender serving slot while
+// a reader that is not the relay streams from it; the walsender exits
+// with its reader, so it is sampled as it goes (the last 50ms may be
+// missed). The returned function stops watching and reports the time.
+func watchWalsender(ctx context.Context, pool *pgxpool.Pool, slot string) func() (time.Duration, bool) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var cpu time.Duration
+	var seen bool
+	go func() {
+		defer close(done)
+		for wctx.Err() == nil {
+			if pid := slotPID(wctx, pool, slot); pid != 0 {
+				if st, ok := readProc(pid); ok {
+					cpu, seen = st.cpu, true
+				}
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (time.Duration, bool) {
+		cancel()
+		<-done
+		return cpu, seen
+	}
 }

@@ -14,6 +14,9 @@ type benchRow struct {
 	took       time.Duration
 	drain      *drainResult
 	vsRecv     *benchRow // the pg_recvlogical run on the same backlog
+	// walsnd is the CPU time of the walsender serving an L1 reader.
+	walsnd      time.Duration
+	walsndKnown bool
 }
 
 func (r *benchRow) rate() float64 { return float64(r.events) / r.took.Seconds() }
@@ -48,7 +51,7 @@ func (r *benchReport) find(kind string) *benchRow {
 func (r *benchReport) print(out io.Writer, b *bench) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(out, "\nThroughput (one run, on this machine; Postgres, NATS and the relay share its cores)")
-	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\t")
+	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\twalsender µs/event\t")
 	js := r.find("L2")
 	for _, row := range r.rows {
 		if row.kind == "R3" {
@@ -61,7 +64,14 @@ func (r *benchReport) print(out io.Writer, b *bench) {
 		if row.kind == "R1" && js != nil {
 			vsJS = fmt.Sprintf("%.2f×", row.rate()/js.rate())
 		}
-		fmt.Fprintf(w, "%s %s\t%d\t%.2f\t%s\t%s\t%s\t\n", row.kind, row.what, row.events, row.took.Seconds(), thousands(row.rate()), vsRecv, vsJS)
+		walsnd := ""
+		switch {
+		case row.walsndKnown:
+			walsnd = fmt.Sprintf("%.1f", float64(row.walsnd.Microseconds())/float64(row.events))
+		case row.drain != nil && row.drain.walsndKnown:
+			walsnd = fmt.Sprintf("%.1f", float64(row.drain.walsndCPU.Microseconds())/float64(row.events))
+		}
+		fmt.Fprintf(w, "%s %s\t%d\t%.2f\t%s\t%s\t%s\t%s\t\n", row.kind, row.what, row.events, row.took.Seconds(), thousands(row.rate()), vsRecv, vsJS, walsnd)
 	}
 	w.Flush()
 

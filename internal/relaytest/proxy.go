@@ -127,11 +127,15 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		for n > 0 && p.current() == blackhole {
-			time.Sleep(10 * time.Millisecond) // swallowed by the partition, as far as the peers can tell
-			if p.current() == pass {
-				n = 0 // a healed partition does not deliver what it swallowed
+		if n > 0 && p.current() == blackhole {
+			// Swallowed by the partition, as far as the peers can tell. TCP
+			// never delivers bytes after a gap, so this connection carries
+			// nothing more: once healed it is reset (setMode), and until then
+			// it holds back, never forwarding what comes after.
+			for p.current() == blackhole {
+				time.Sleep(10 * time.Millisecond)
 			}
+			return
 		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
