@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -196,21 +197,31 @@ func (s *session) offer(ctx context.Context, ev *decode.Event) error {
 			if err := s.sendStatus(flushed, time.Now()); err != nil {
 				return err
 			}
-			if s.serverStopping(ctx) {
-				return errRelease
+			if err := s.serverStopping(ctx); err != nil {
+				return err
 			}
 		}
 	}
 }
 
-// serverStopping reports whether a regular connection fails: during a
-// shutdown Postgres ends ordinary sessions first, then waits for its
-// walsenders, which wait for our confirmation.
-func (s *session) serverStopping(ctx context.Context) bool {
+// serverStopping checks, with a regular connection, whether Postgres is
+// going away: during a shutdown it ends ordinary sessions first, then
+// waits for its walsenders, which wait for our confirmation. It returns
+// errRelease (with the cause) when the check fails for any reason but a
+// lack of server resources, which says nothing about a shutdown.
+func (s *session) serverStopping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err := s.pool.Ping(pctx)
-	return err != nil && ctx.Err() == nil
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "53"): // too many connections, out of memory
+		s.log.Warn().Err(err).Msg("cannot check whether Postgres is shutting down")
+		return nil
+	}
+	return fmt.Errorf("%w (Postgres did not answer a regular connection: %v)", errRelease, err)
 }
 
 // tick sends a status update when one is due, or at once when the server
@@ -241,8 +252,8 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	waiting := s.h.Stalled() || (replyRequested && flushed < s.serverEnd)
 	if waiting && now.Sub(s.lastProbe) >= probeEvery {
 		s.lastProbe = now
-		if s.serverStopping(ctx) {
-			return errRelease
+		if err := s.serverStopping(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -125,7 +125,7 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 				s.log.Info().Str("slot", s.cfg.Slot).Err(err).Msg("slot is active in another process: waiting as a standby, taking over when it is released")
 			}
 		case errors.Is(err, errRelease):
-			s.log.Info().Str("slot", s.cfg.Slot).Msg("released the replication connection so Postgres can shut down; reconnecting")
+			s.log.Info().Str("slot", s.cfg.Slot).Err(err).Msg("released the replication connection so Postgres can shut down; reconnecting")
 		default:
 			s.metrics.Reconnects.Inc()
 			if logs.Allow() {

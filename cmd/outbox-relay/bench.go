@@ -51,6 +51,15 @@ type bench struct {
 
 func (c *benchCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	b := &bench{cfg: *c, report: &benchReport{}}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.LatencyFile != "" {
+		// The file holds this run only; runs append to it as they finish.
+		if err := os.WriteFile(c.LatencyFile, nil, 0o644); err != nil {
+			return fmt.Errorf("--latency-file: %w", err)
+		}
+	}
 	cleanup, err := b.setup(ctx)
 	defer cleanup()
 	if err != nil {
@@ -64,6 +73,23 @@ func (c *benchCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		}
 	}
 	b.report.print(os.Stdout, b)
+	return nil
+}
+
+// validate refuses flag values that would measure nothing.
+func (c *benchCmd) validate() error {
+	for _, r := range strings.Split(c.Rates, ",") {
+		if strings.TrimSpace(r) == "" {
+			continue
+		}
+		rate, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil || rate <= 0 {
+			return fmt.Errorf("--rates: %q is not a rate", r)
+		}
+		if int(rate*c.Duration.Seconds())/writersFor(rate) < 1 {
+			return fmt.Errorf("--rates %s with --duration %s writes no events: raise one of them", r, c.Duration)
+		}
+	}
 	return nil
 }
 
@@ -156,19 +182,21 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 		progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
 		watch := watchWalsender(ctx, b.pool, "recv_"+sc.name)
 		took, err := pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.names.publication, end)
+		walsnd, walsndKnown := watch()
 		if err != nil {
 			return err
 		}
 		recv := b.report.add("L1", "pg_recvlogical, "+label, b.cfg.Events, took, nil)
-		recv.walsnd, recv.walsndKnown = watch()
+		recv.walsnd, recv.walsndKnown = walsnd, walsndKnown
 		progress("L1: the relay's receiver and decoder, publishing off, over %s", label)
 		watch = watchWalsender(ctx, b.pool, "bare_"+sc.name)
 		took, err = bareReceiver(ctx, b.pool, b.repl, "bare_"+sc.name, sc.names.publication, sc.names.table, b.cfg.Events)
+		walsnd, walsndKnown = watch()
 		if err != nil {
 			return err
 		}
 		bare := b.report.add("L1", "relay receiver, no publishing, "+label, b.cfg.Events, took, nil)
-		bare.walsnd, bare.walsndKnown = watch()
+		bare.walsnd, bare.walsndKnown = walsnd, walsndKnown
 		dropSlot(ctx, b.pool, "recv_"+sc.name)
 		dropSlot(ctx, b.pool, "bare_"+sc.name)
 		progress("R1: the relay draining %d events in %s", b.cfg.Events, label)

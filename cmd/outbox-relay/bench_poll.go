@@ -55,7 +55,11 @@ func (b *bench) polling(ctx context.Context, sc scenario, loop bool, budget time
 				break
 			}
 		}
-		if b.unprocessed(ctx, sc) == 0 {
+		left, err := b.unprocessed(ctx, sc)
+		if err != nil {
+			return r, err
+		}
+		if left == 0 {
 			break
 		}
 	}
@@ -96,8 +100,11 @@ func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int,
 	return len(batch), tx.Commit(ctx)
 }
 
-func (b *bench) unprocessed(ctx context.Context, sc scenario) int {
+func (b *bench) unprocessed(ctx context.Context, sc scenario) (int, error) {
 	var n int
-	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()+` WHERE processed_at IS NULL`).Scan(&n)
-	return n
+	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()+` WHERE processed_at IS NULL`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count unprocessed rows: %w", err)
+	}
+	return n, nil
 }

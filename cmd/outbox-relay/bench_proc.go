@@ -22,6 +22,17 @@ type procStat struct {
 	peakRSS int64         // VmHWM, bytes
 }
 
+// readPostgresProc is readProc for a Postgres backend or walsender: a pid
+// that Postgres reported may belong to another machine, where a local
+// process of that number is someone else.
+func readPostgresProc(pid int) (procStat, bool) {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+		return procStat{}, false
+	}
+	return readProc(pid)
+}
+
 // readProc reads pid's CPU time and peak RSS; ok is false when the
 // process is not visible (another machine, or gone).
 func readProc(pid int) (procStat, bool) {
@@ -140,7 +151,7 @@ func (b *bench) startMeter(ctx context.Context, sc scenario, relayPID int) *mete
 	m := &meter{b: b, relayPID: relayPID, walsndPID: slotPID(ctx, b.pool, sc.names.slot)}
 	m.relay, _ = readProc(relayPID)
 	m.nats, m.natsKnown = b.natsStat()
-	m.walsnd, m.walsndKnown = readProc(m.walsndPID)
+	m.walsnd, m.walsndKnown = readPostgresProc(m.walsndPID)
 	m.walsndKnown = m.walsndKnown && m.walsndPID != 0
 	return m
 }
@@ -153,7 +164,7 @@ func (m *meter) stop() cpuShare {
 	if st, ok := m.b.natsStat(); ok && m.natsKnown {
 		c.nats, c.natsKnown = st.cpu-m.nats.cpu, true
 	}
-	if st, ok := readProc(m.walsndPID); ok && m.walsndKnown {
+	if st, ok := readPostgresProc(m.walsndPID); ok && m.walsndKnown {
 		c.walsender, c.walsenderKnown = st.cpu-m.walsnd.cpu, true
 	}
 	return c
@@ -172,7 +183,7 @@ func watchWalsender(ctx context.Context, pool *pgxpool.Pool, slot string) func()
 		defer close(done)
 		for wctx.Err() == nil {
 			if pid := slotPID(wctx, pool, slot); pid != 0 {
-				if st, ok := readProc(pid); ok {
+				if st, ok := readPostgresProc(pid); ok {
 					cpu, seen = st.cpu, true
 				}
 			}

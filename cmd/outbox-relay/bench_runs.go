@@ -73,7 +73,7 @@ func (b *bench) drain(ctx context.Context, sc scenario, n int, end pglogrepl.LSN
 	if natsAfter, ok := b.natsStat(); ok && natsKnown {
 		r.natsCPU, r.natsKnown = natsAfter.cpu-natsBefore.cpu, true
 	}
-	if st, ok := readProc(walsnd); ok && walsnd != 0 {
+	if st, ok := readPostgresProc(walsnd); ok && walsnd != 0 {
 		r.walsndCPU, r.walsndKnown = st.cpu, true
 	}
 	if serr := relay.stop(); err == nil && serr != nil {
@@ -269,14 +269,14 @@ func (b *bench) pacedWriter(ctx context.Context, sc scenario, rate float64, d ti
 	}
 	defer conn.Release()
 	pid := int(conn.Conn().PgConn().PID())
-	before, known := readProc(pid)
+	before, known := readPostgresProc(pid)
 	call := fmt.Sprintf("CALL %s(%g, %g, %d, %d, NULL)", sc.pacedName(), rate, d.Seconds(), w, workers)
 	results, err := conn.Conn().PgConn().Exec(ctx, call).ReadAll()
 	if err != nil {
 		return nil, 0, fmt.Errorf("paced writer: %w", err)
 	}
 	var used time.Duration
-	if after, ok := readProc(pid); ok && known {
+	if after, ok := readPostgresProc(pid); ok && known {
 		used = after.cpu - before.cpu
 	}
 	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 1 {

@@ -69,10 +69,15 @@ func (p *Proxy) setMode(m proxyMode) {
 	}
 	p.mu.Unlock()
 	for _, c := range drop {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // RST, not FIN
-		}
+		resetOnClose(c)
 		c.Close()
+	}
+}
+
+// resetOnClose makes closing c send RST, not FIN, like a peer that gave up.
+func resetOnClose(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
 	}
 }
 
@@ -135,6 +140,8 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			for p.current() == blackhole {
 				time.Sleep(10 * time.Millisecond)
 			}
+			resetOnClose(src)
+			resetOnClose(dst)
 			return
 		}
 		if n > 0 {
