@@ -20,8 +20,11 @@ func (fatalErr) Fatal() bool { return true }
 func TestGate(t *testing.T) {
 	var at atomic.Uint64
 	at.Store(0x1000)
-	var broken atomic.Bool
+	var broken, unreachable atomic.Bool
 	check := func(context.Context) (pglogrepl.LSN, error) {
+		if unreachable.Load() {
+			return 0, errors.New("the database system is shutting down")
+		}
 		if broken.Load() {
 			return 0, fatalErr{errors.New("table left the publication")}
 		}
@@ -56,6 +59,24 @@ func TestGate(t *testing.T) {
 	waitFor(0x2000, 0x1000) // ahead of it: only up to it
 	at.Store(0x3000)
 	waitFor(0x2000, 0x2000)
+
+	// A check that fails for a while (Postgres restarting, a shutdown that
+	// refuses queries) confirms nothing new, and is no failure.
+	unreachable.Store(true)
+	time.Sleep(20 * g.every)
+	at.Store(0x6000)
+	if got, err := g.Allow(0x5000); err != nil || got != 0x2000 {
+		t.Fatalf("Allow(0x5000) while the check fails = %s, %v; want 0/2000 and no error", got, err)
+	}
+	if got := g.Final(ctx, 0x5000); got != 0x2000 {
+		t.Fatalf("Final(0x5000) while the check fails = %s, want 0/2000", got)
+	}
+	unreachable.Store(false)
+	waitFor(0x5000, 0x5000)
+	if got := g.Final(ctx, 0x5800); got != 0x5800 {
+		t.Fatalf("Final(0x5800) = %s, want it cleared at once", got)
+	}
+
 	broken.Store(true)
 	if err := <-done; err == nil {
 		t.Fatal("Run did not stop on a failed check")

@@ -19,11 +19,10 @@ import (
 // report progress. Keepalive replies are never delayed.
 const confirmGap = 200 * time.Millisecond
 
-// probeEvery is how often a stream that cannot confirm (the Handler is
-// full or stalled, or the server waits for a confirmation the relay cannot
-// give yet) checks that Postgres is still up, so that a server shutting
-// down is not held back by a replication connection waiting for NATS or
-// for a checkpoint write that the shutdown itself refuses.
+// probeEvery is how often a stream that cannot confirm what the server
+// waits for (the Handler is full, NATS is down, or the checkpoint write
+// that must come first is refused by the shutdown itself) checks that
+// Postgres is still up, so that a server shutting down is not held back.
 const probeEvery = time.Second
 
 // silenceLimit is how long the connection may stay silent before the relay
@@ -246,10 +245,11 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	if ctx.Err() == nil {
 		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
 	}
-	// A walsender that is shutting down asks for a reply until the client
-	// has confirmed everything sent; the relay may be unable to (NATS is
-	// down, or the checkpoint tables refuse writes during the shutdown).
-	waiting := s.h.Stalled() || (replyRequested && flushed < s.serverEnd)
+	// A walsender that is shutting down asks for a reply, again and again,
+	// until the client has confirmed everything it sent. Whatever keeps the
+	// relay from confirming (NATS down, the checkpoint tables refusing
+	// writes during the shutdown), that request is the one sign to watch.
+	waiting := replyRequested && flushed < s.serverEnd
 	if waiting && now.Sub(s.lastProbe) >= probeEvery {
 		s.lastProbe = now
 		if err := s.serverStopping(ctx); err != nil {

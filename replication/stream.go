@@ -36,10 +36,6 @@ type Handler interface {
 	Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error)
 	// Drain waits until everything handed over is acknowledged.
 	Drain(ctx context.Context) error
-	// Stalled reports that nothing handed over can be acknowledged now
-	// (NATS is unreachable): the stream then watches for a Postgres
-	// shutdown, which would otherwise wait for its confirmation forever.
-	Stalled() bool
 }
 
 // Config configures a Stream.

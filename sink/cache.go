@@ -4,13 +4,15 @@ import "github.com/outbox-relay/outbox-relay/decode"
 
 // subjectCache remembers rendered subjects: an outbox usually carries a
 // handful of aggregate and event types, so most events reuse a subject
-// rendered before. Guarded by the Publisher's sendMu.
+// rendered before. A template with {aggregate_id} is rendered every time:
+// aggregate ids rarely repeat soon enough to pay for the cache. Guarded
+// by the Publisher's sendMu.
 type subjectCache struct {
 	tpl Template
 	m   map[subjectKey]string
 }
 
-type subjectKey struct{ aggregateType, aggregateID, eventType string }
+type subjectKey struct{ aggregateType, eventType string }
 
 // maxCached bounds the cache; values longer than maxCachedValue are
 // rendered every time (they would only fill it).
@@ -24,13 +26,10 @@ func newSubjectCache(tpl Template) *subjectCache {
 }
 
 func (c *subjectCache) render(ev *decode.Event) string {
-	key := subjectKey{aggregateType: ev.AggregateType, eventType: ev.EventType}
-	if c.tpl.usesAggregateID {
-		key.aggregateID = ev.AggregateID
-	}
-	if len(key.aggregateType) > maxCachedValue || len(key.aggregateID) > maxCachedValue || len(key.eventType) > maxCachedValue {
+	if c.tpl.usesAggregateID || len(ev.AggregateType) > maxCachedValue || len(ev.EventType) > maxCachedValue {
 		return c.tpl.Render(ev)
 	}
+	key := subjectKey{aggregateType: ev.AggregateType, eventType: ev.EventType}
 	if s, ok := c.m[key]; ok {
 		return s
 	}
@@ -40,8 +39,7 @@ func (c *subjectCache) render(ev *decode.Event) string {
 	s := c.tpl.Render(ev)
 	// The key's strings point into the event's buffer: keep copies instead,
 	// so the cache does not hold events' payloads alive.
-	key = subjectKey{aggregateType: clone(key.aggregateType), aggregateID: clone(key.aggregateID), eventType: clone(key.eventType)}
-	c.m[key] = s
+	c.m[subjectKey{aggregateType: clone(key.aggregateType), eventType: clone(key.eventType)}] = s
 	return s
 }
 

@@ -210,9 +210,9 @@ func (p *Publisher) Room() <-chan struct{} { return p.room }
 // earlier one are acknowledged (0 before the first).
 func (p *Publisher) AckedThrough() uint64 { return p.acked.Load() }
 
-// Stalled reports an outage: a publish failed and JetStream has not
-// accepted the first unacknowledged event again yet.
-func (p *Publisher) Stalled() bool {
+// outage reports that a publish failed and JetStream has not accepted the
+// first unacknowledged event again yet.
+func (p *Publisher) outage() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return !p.healthy

@@ -29,7 +29,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-p.wake:
 		}
 		p.recordDeadLetters(ctx)
-		if p.Stalled() {
+		if p.outage() {
 			p.recover(ctx, status, tick.C)
 		}
 	}

@@ -34,28 +34,33 @@ type Options struct {
 	Since, Until time.Time
 }
 
+// clockMargin is how far before Since the stream is read: more than any
+// skew between the Postgres and NATS clocks, and than the time an event
+// may wait for the relay.
+const clockMargin = time.Hour
+
 // Report is the outcome of a comparison.
 type Report struct {
-	Rows        int // committed rows compared
-	Messages    int // stream messages compared
-	DeadLetters int // of which dead-letter messages
+	Rows        int `json:"rows"`         // committed rows compared
+	Messages    int `json:"messages"`     // stream messages compared
+	DeadLetters int `json:"dead_letters"` // of which dead-letter messages
 	// Missing are committed row ids with no message.
-	Missing []string
+	Missing []string `json:"missing"`
 	// Extra are message ids that match no committed row (a rolled-back
 	// event, or a row deleted since).
-	Extra []string
+	Extra []string `json:"extra"`
 	// Duplicates maps ids stored more than once to their count.
-	Duplicates map[string]int
+	Duplicates map[string]int `json:"duplicates"`
 	// OrderViolations are events stored after a later event of their
 	// aggregate.
-	OrderViolations []Violation
+	OrderViolations []Violation `json:"order_violations"`
 }
 
 // Violation is one event stored out of order within its aggregate.
 type Violation struct {
-	Aggregate string
-	EventID   string
-	After     string // the event of the same aggregate stored before it but committed after it
+	Aggregate string `json:"aggregate"`
+	EventID   string `json:"event_id"`
+	After     string `json:"after"` // the event of the same aggregate stored before it but committed after it
 }
 
 func (v Violation) String() string {
@@ -82,7 +87,14 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 	r := Report{Rows: len(rows), Duplicates: map[string]int{}}
 	seen := make(map[string]int, len(rows))
 	last := map[string]lastOf{}
-	err = sink.ForEach(ctx, stream, opts.Subjects, sink.Read{Since: opts.Since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+	// Messages are chosen by their Outbox-Created-At; the stream is only
+	// read from a margin before Since, because its stored times come from
+	// another clock (and created_at may be set by the application).
+	from := opts.Since
+	if !from.IsZero() {
+		from = from.Add(-clockMargin)
+	}
+	err = sink.ForEach(ctx, stream, opts.Subjects, sink.Read{Since: from, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
 		ev, ok := sink.ParseStored(m)
 		if ok && inRange(m.Header.Get(sink.HeaderCreatedAt), opts) {
 			r.count(ev, m, seen, last)

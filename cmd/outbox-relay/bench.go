@@ -35,6 +35,7 @@ type benchCmd struct {
 // bench holds what the measurements share.
 type bench struct {
 	cfg      benchCmd
+	rates    []float64 // parsed --rates
 	pool     *pgxpool.Pool
 	repl     *pgconn.Config
 	pgURL    string
@@ -50,10 +51,11 @@ type bench struct {
 }
 
 func (c *benchCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	b := &bench{cfg: *c, report: &benchReport{}}
-	if err := c.validate(); err != nil {
+	rates, err := c.rates()
+	if err != nil {
 		return err
 	}
+	b := &bench{cfg: *c, rates: rates, report: &benchReport{}}
 	if c.LatencyFile != "" {
 		// The file holds this run only; runs append to it as they finish.
 		if err := os.WriteFile(c.LatencyFile, nil, 0o644); err != nil {
@@ -76,21 +78,23 @@ func (c *benchCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	return nil
 }
 
-// validate refuses flag values that would measure nothing.
-func (c *benchCmd) validate() error {
+// rates parses --rates, refusing rates that would measure nothing.
+func (c *benchCmd) rates() ([]float64, error) {
+	var rates []float64
 	for _, r := range strings.Split(c.Rates, ",") {
 		if strings.TrimSpace(r) == "" {
 			continue
 		}
 		rate, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
 		if err != nil || rate <= 0 {
-			return fmt.Errorf("--rates: %q is not a rate", r)
+			return nil, fmt.Errorf("--rates: %q is not a rate", r)
 		}
 		if int(rate*c.Duration.Seconds())/writersFor(rate) < 1 {
-			return fmt.Errorf("--rates %s with --duration %s writes no events: raise one of them", r, c.Duration)
+			return nil, fmt.Errorf("--rates %s with --duration %s writes no events: raise one of them", r, c.Duration)
 		}
+		rates = append(rates, rate)
 	}
-	return nil
+	return rates, nil
 }
 
 // setup starts (or connects to) the servers.
@@ -160,7 +164,7 @@ func (b *bench) natsStat() (procStat, bool) {
 // for messages of the same size (L2).
 func (b *bench) limitsAndDrains(ctx context.Context) error {
 	for _, perTxn := range []int{1, 10} {
-		sc, err := newScenario(fmt.Sprintf("r1_%drow", perTxn))
+		sc, err := b.scenario(ctx, fmt.Sprintf("r1_%drow", perTxn))
 		if err != nil {
 			return err
 		}
@@ -170,35 +174,27 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 		}
 		label := fmt.Sprintf("%d-row transactions", perTxn)
 		if perTxn == 1 {
-			label = "1-row transactions"
 			size := sc.payloadSize(ctx, b.pool)
 			progress("L2: JetStream storing %d messages of ~%d bytes with Nats-Msg-Id, async window 1024", b.cfg.Events, size)
 			took, err := jetStreamLimit(ctx, b.natsURL, b.cfg.Events, size)
 			if err != nil {
 				return err
 			}
-			b.report.add("L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took, nil)
+			b.report.add("L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took)
 		}
 		progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
-		watch := watchWalsender(ctx, b.pool, "recv_"+sc.name)
-		took, err := pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.names.publication, end)
-		walsnd, walsndKnown := watch()
+		recv, err := b.readerLimit(ctx, "pg_recvlogical, "+label, "recv_"+sc.name, func() (time.Duration, error) {
+			return pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.names.publication, end)
+		})
 		if err != nil {
 			return err
 		}
-		recv := b.report.add("L1", "pg_recvlogical, "+label, b.cfg.Events, took, nil)
-		recv.walsnd, recv.walsndKnown = walsnd, walsndKnown
 		progress("L1: the relay's receiver and decoder, publishing off, over %s", label)
-		watch = watchWalsender(ctx, b.pool, "bare_"+sc.name)
-		took, err = bareReceiver(ctx, b.pool, b.repl, "bare_"+sc.name, sc.names.publication, sc.names.table, b.cfg.Events)
-		walsnd, walsndKnown = watch()
-		if err != nil {
+		if _, err := b.readerLimit(ctx, "relay receiver, no publishing, "+label, "bare_"+sc.name, func() (time.Duration, error) {
+			return bareReceiver(ctx, b.pool, b.repl, "bare_"+sc.name, sc.names.publication, sc.names.table, b.cfg.Events)
+		}); err != nil {
 			return err
 		}
-		bare := b.report.add("L1", "relay receiver, no publishing, "+label, b.cfg.Events, took, nil)
-		bare.walsnd, bare.walsndKnown = walsnd, walsndKnown
-		dropSlot(ctx, b.pool, "recv_"+sc.name)
-		dropSlot(ctx, b.pool, "bare_"+sc.name)
 		progress("R1: the relay draining %d events in %s", b.cfg.Events, label)
 		r, err := b.drain(ctx, sc, b.cfg.Events, end)
 		if err != nil {
@@ -209,13 +205,36 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 	return nil
 }
 
-// backlog prepares a scenario whose relay slot (and extra reader slots)
-// exist, then writes n events while no relay runs. It returns the WAL
-// position after them.
-func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers ...string) (pglogrepl.LSN, error) {
-	if err := sc.prepare(ctx, b.pool); err != nil {
-		return 0, err
+// readerLimit runs one L1 reader over the backlog on slot, measuring the
+// walsender that serves it, then drops the slot.
+func (b *bench) readerLimit(ctx context.Context, what, slot string, read func() (time.Duration, error)) (*benchRow, error) {
+	defer func() { _ = replication.DropSlot(context.WithoutCancel(ctx), b.pool, slot) }()
+	watch := watchWalsender(ctx, b.pool, slot)
+	took, err := read()
+	walsnd, walsndKnown := watch()
+	if err != nil {
+		return nil, err
 	}
+	row := b.report.add("L1", what, b.cfg.Events, took)
+	row.walsnd, row.walsndKnown = walsnd, walsndKnown
+	return row, nil
+}
+
+// scenario returns a prepared scenario: its table, publication and
+// procedures exist.
+func (b *bench) scenario(ctx context.Context, name string) (scenario, error) {
+	sc, err := newScenario(name)
+	if err != nil {
+		return sc, err
+	}
+	return sc, sc.prepare(ctx, b.pool)
+}
+
+// backlog writes n events into a prepared scenario whose relay slot (and
+// extra reader slots) exist, while no relay runs. It returns the WAL
+// position after them.
+
+func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers ...string) (pglogrepl.LSN, error) {
 	// One short run creates the relay's slot, as a first start would.
 	relay, err := startChild(b.self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), b.dir+"/relay-"+sc.name+"-init.log")
 	if err != nil {
@@ -247,24 +266,14 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 
 // latencies runs the fixed-rate latency measurements (R2).
 func (b *bench) latencies(ctx context.Context) error {
-	if strings.TrimSpace(b.cfg.Rates) == "" {
+	if len(b.rates) == 0 {
 		return nil
 	}
-	sc, err := newScenario("r2")
+	sc, err := b.scenario(ctx, "r2")
 	if err != nil {
 		return err
 	}
-	if err := sc.prepare(ctx, b.pool); err != nil {
-		return err
-	}
-	for _, s := range strings.Split(b.cfg.Rates, ",") {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		rate, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || rate <= 0 {
-			return fmt.Errorf("--rates: %q is not a rate", s)
-		}
+	for _, rate := range b.rates {
 		progress("R2: commit-to-stream latency at %.0f events/s for %s", rate, b.cfg.Duration)
 		r, err := b.latency(ctx, sc, rate, b.cfg.Duration)
 		if err != nil {
@@ -285,7 +294,7 @@ func (b *bench) resources(ctx context.Context) error {
 		perTxn int
 		label  string
 	}{{"r3_backlog", 1, "backlog of one-row transactions"}, {"r3_bigtxn", b.cfg.Big, "one transaction"}} {
-		sc, err := newScenario(run.name)
+		sc, err := b.scenario(ctx, run.name)
 		if err != nil {
 			return err
 		}
@@ -308,11 +317,8 @@ func (b *bench) baseline(ctx context.Context) error {
 	if b.cfg.Baseline == 0 {
 		return nil
 	}
-	sc, err := newScenario("r4")
+	sc, err := b.scenario(ctx, "r4")
 	if err != nil {
-		return err
-	}
-	if err := sc.prepare(ctx, b.pool); err != nil {
 		return err
 	}
 	if _, err := sc.fill(ctx, b.pool, b.cfg.Baseline, 1); err != nil {

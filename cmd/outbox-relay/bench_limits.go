@@ -65,7 +65,6 @@ func (h *countingHandler) Flushed(context.Context, bool) (pglogrepl.LSN, error) 
 	return h.flushed, nil
 }
 func (h *countingHandler) Drain(context.Context) error { return nil }
-func (h *countingHandler) Stalled() bool               { return false }
 
 // bareReceiver measures the relay's own replication and decoding path,
 // with publishing switched off, over want events of the slot.

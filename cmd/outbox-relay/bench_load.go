@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // scenario is one benchmark run's own outbox table, publication, slot
@@ -147,18 +148,18 @@ func createSlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 	return err
 }
 
-func dropSlot(ctx context.Context, pool *pgxpool.Pool, slot string) {
-	_, _ = pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-}
-
 // waitDrained waits until the slot confirmed end and the stream holds n
 // relay messages.
 func waitDrained(ctx context.Context, pool *pgxpool.Pool, slot string, end pglogrepl.LSN, count func() uint64, n int) error {
 	for {
-		var confirmed pglogrepl.LSN
-		if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err != nil {
+		info, err := replication.LookupSlot(ctx, pool, slot)
+		if err != nil {
 			return err
 		}
+		if !info.Exists {
+			return fmt.Errorf("slot %s disappeared during the drain", slot)
+		}
+		confirmed := info.ConfirmedFlush
 		if confirmed >= end && count() >= uint64(n) {
 			return nil
 		}
@@ -172,12 +173,8 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, slot string, end pglog
 
 // slotPID returns the walsender serving the slot, 0 if none.
 func slotPID(ctx context.Context, pool *pgxpool.Pool, slot string) int {
-	var pid *int32
-	_ = pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
-	if pid == nil {
-		return 0
-	}
-	return int(*pid)
+	info, _ := replication.LookupSlot(ctx, pool, slot)
+	return int(info.ActivePID)
 }
 
 // sampleEvent is an event like the benchmark's rows, for the JetStream

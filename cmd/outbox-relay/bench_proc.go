@@ -152,7 +152,6 @@ func (b *bench) startMeter(ctx context.Context, sc scenario, relayPID int) *mete
 	m.relay, _ = readProc(relayPID)
 	m.nats, m.natsKnown = b.natsStat()
 	m.walsnd, m.walsndKnown = readPostgresProc(m.walsndPID)
-	m.walsndKnown = m.walsndKnown && m.walsndPID != 0
 	return m
 }
 

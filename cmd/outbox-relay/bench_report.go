@@ -27,7 +27,7 @@ type benchReport struct {
 	polls     []pollResult
 }
 
-func (r *benchReport) add(kind, what string, events int, took time.Duration, _ *benchRow) *benchRow {
+func (r *benchReport) add(kind, what string, events int, took time.Duration) *benchRow {
 	row := &benchRow{kind: kind, what: what, events: events, took: took}
 	r.rows = append(r.rows, row)
 	progress("  %s: %d events in %s, %s events/s", kind, events, took.Round(time.Millisecond), thousands(row.rate()))
@@ -35,7 +35,7 @@ func (r *benchReport) add(kind, what string, events int, took time.Duration, _ *
 }
 
 func (r *benchReport) addDrain(kind, what string, d drainResult, vsRecv *benchRow) {
-	row := r.add(kind, what, d.events, d.took, nil)
+	row := r.add(kind, what, d.events, d.took)
 	row.drain, row.vsRecv = &d, vsRecv
 }
 

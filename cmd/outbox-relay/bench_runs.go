@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
@@ -73,7 +74,7 @@ func (b *bench) drain(ctx context.Context, sc scenario, n int, end pglogrepl.LSN
 	if natsAfter, ok := b.natsStat(); ok && natsKnown {
 		r.natsCPU, r.natsKnown = natsAfter.cpu-natsBefore.cpu, true
 	}
-	if st, ok := readPostgresProc(walsnd); ok && walsnd != 0 {
+	if st, ok := readPostgresProc(walsnd); ok {
 		r.walsndCPU, r.walsndKnown = st.cpu, true
 	}
 	if serr := relay.stop(); err == nil && serr != nil {
@@ -120,16 +121,14 @@ func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.D
 		return latencyResult{}, err
 	}
 	defer relay.stop()
-	stream, err := waitStream(ctx, b.js, sc.names.stream)
-	if err != nil {
-		return latencyResult{}, err
-	}
-	// Not only the slot being active: on a first start its creator holds
-	// it for a moment, and the walsender measured must be the streaming one.
+	// Streaming, not only the slot being active: on a first start the
+	// slot's creator holds it for a moment, and the walsender measured must
+	// be the streaming one. The stream exists before streaming starts.
 	if err := waitLogLine(ctx, filepath.Join(b.dir, "relay-"+sc.name+".log"), "streaming from the slot"); err != nil {
 		return latencyResult{}, err
 	}
-	if err := waitSlotActive(ctx, b.pool, sc.names.slot); err != nil {
+	stream, err := b.js.Stream(ctx, sc.names.stream)
+	if err != nil {
 		return latencyResult{}, err
 	}
 	info, err := stream.Info(ctx)
@@ -339,9 +338,8 @@ func sampleLag(ctx context.Context, pool *pgxpool.Pool, slot string, d time.Dura
 	go func() {
 		var lags []int64
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-			var lag int64
-			_ = pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag)
-			lags = append(lags, lag)
+			info, _ := replication.LookupSlot(ctx, pool, slot)
+			lags = append(lags, info.LagBytes)
 		}
 		out <- lags
 	}()
@@ -370,29 +368,6 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func waitStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		s, err := js.Stream(ctx, name)
-		if err == nil {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, err
-		}
-	}
-}
-
-func waitSlotActive(ctx context.Context, pool *pgxpool.Pool, slot string) error {
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if slotPID(ctx, pool, slot) != 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the relay did not start streaming from slot %s", slot)
-		}
-	}
 }
 
 // waitLogLine waits until the relay's log file contains line.

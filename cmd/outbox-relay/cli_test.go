@@ -112,3 +112,28 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("latency file has %d lines, want a header and 600 events", lines)
 	}
 }
+
+// TestStopDuringStartup: SIGTERM while the relay still waits for NATS at
+// start-up exits 0 and says so; --cpu-profile writes its profile.
+func TestStopDuringStartup(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	env.RelayNATS = "nats://127.0.0.1:1" // nothing listens there
+	dir := t.TempDir()
+	r := startRelay(t, env, "--cpu-profile", filepath.Join(dir, "cpu-{pid}.prof"))
+	r.WaitLog("NATS is not reachable yet", 30*time.Second)
+	stopRelay(t, r)
+	if !strings.Contains(r.Logs(), "stopped during start-up") {
+		t.Errorf("the relay did not say it stopped during start-up:\n%s", r.Logs())
+	}
+	profiles, _ := filepath.Glob(filepath.Join(dir, "cpu-*.prof"))
+	if len(profiles) != 1 {
+		t.Fatalf("--cpu-profile wrote %v", profiles)
+	}
+	if st, err := os.Stat(profiles[0]); err != nil || st.Size() == 0 {
+		t.Errorf("--cpu-profile wrote an empty profile (%v)", err)
+	}
+	if out, err := runCLI(t, append([]string{"run", "--max-procs=-1"}, env.RelayArgs()...)...); err == nil || !strings.Contains(out, "--max-procs -1") {
+		t.Errorf("run --max-procs -1 (%v):\n%s", err, out)
+	}
+}

@@ -133,28 +133,17 @@ func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // retry publishes the rows with the given ids to their own subjects and
 // marks them retried; rows that would be dead letters again are reported.
 func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	src, err := newRowSource(ctx, t.pool, n.table)
-	if err != nil {
-		return err
-	}
-	o, err := newOneShot(ctx, t.nc, t.stream, n, t.store, log)
-	if err != nil {
-		return err
-	}
 	var problems []string
 	found, rejected := map[string]bool{}, map[string]bool{}
-	_, err = src.each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
+	o, _, err := t.publishIDs(ctx, n, ids, log, func(o *oneShot, ev *decode.Event) bool {
 		found[ev.ID] = true
 		if reason := o.pub.Rejects(ev); reason != "" {
 			rejected[ev.ID] = true
 			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", ev.ID, reason))
-			return nil
+			return false
 		}
-		return o.offer(ctx, ev)
+		return true
 	})
-	if ferr := o.finish(ctx); err == nil {
-		err = ferr
-	}
 	if err != nil {
 		return err
 	}

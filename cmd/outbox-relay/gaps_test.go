@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
@@ -42,10 +45,9 @@ func repair(t *testing.T, env *relaytest.Env) *relaytest.Relay {
 	return r
 }
 
-// TestGapSlotDropped: the slot is dropped while the relay is stopped and
-// events are written meanwhile. The relay refuses to go on; the repair
-// publishes the events written in the gap.
-func TestGapSlotDropped(t *testing.T) {
+// slotDroppedAfterOneEvent runs the relay until it published one event,
+// stops it, and drops its slot.
+func slotDroppedAfterOneEvent(t *testing.T) *relaytest.Env {
 	env := newEnv(t)
 	r := startRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)
@@ -53,9 +55,17 @@ func TestGapSlotDropped(t *testing.T) {
 	env.WaitStored(1, 10*time.Second)
 	stopRelay(t, r)
 	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
+	return env
+}
+
+// TestGapSlotDropped: the slot is dropped while the relay is stopped and
+// events are written meanwhile. The relay refuses to go on; the repair
+// publishes the events written in the gap.
+func TestGapSlotDropped(t *testing.T) {
+	env := slotDroppedAfterOneEvent(t)
 	gap := env.Tx(relaytest.NewRow("order", "1", "in.the.gap", `{}`), relaytest.NewRow("order", "2", "in.the.gap", `{}`))
 	expectRefusal(t, env, "was dropped")
-	r = repair(t, env)
+	r := repair(t, env)
 	env.Tx(relaytest.NewRow("order", "1", "after", `{}`))
 	env.WaitRows(30 * time.Second)
 	env.Check()
@@ -70,13 +80,7 @@ func TestGapSlotDropped(t *testing.T) {
 // TestGapSlotRecreated: someone drops the slot and creates another under
 // the same name: it starts at "now", after events the old one still held.
 func TestGapSlotRecreated(t *testing.T) {
-	env := newEnv(t)
-	r := startRelay(t, env)
-	r.WaitLog("streaming from the slot", 30*time.Second)
-	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
-	env.WaitStored(1, 10*time.Second)
-	stopRelay(t, r)
-	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
+	env := slotDroppedAfterOneEvent(t)
 	env.Tx(relaytest.NewRow("order", "1", "lost.without.the.check", `{}`))
 	// Other work moves the WAL on (the check needs more than
 	// checkpoint.Slack of WAL between the relay's last record and the new slot).
@@ -140,8 +144,13 @@ func TestGapPublicationChanged(t *testing.T) {
 			r.WaitLog("streaming from the slot", 30*time.Second)
 			env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 			env.WaitStored(1, 10*time.Second)
-			slotBefore := env.SlotInfo().ConfirmedFlush
 			env.Exec(ddl)
+			// Everything after this point was written without the table
+			// in the publication: the slot must never be confirmed past it.
+			var changedAt pglogrepl.LSN
+			if err := env.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&changedAt); err != nil {
+				t.Fatal(err)
+			}
 			env.Tx(relaytest.NewRow("order", "1", "unseen", `{}`))
 			if code := r.Wait(30 * time.Second); code == 0 {
 				t.Fatal("relay kept going after its publication changed")
@@ -149,8 +158,8 @@ func TestGapPublicationChanged(t *testing.T) {
 			if !strings.Contains(r.Logs(), "--recreate-slot") {
 				t.Errorf("the relay does not say how to repair:\n%s", r.Logs())
 			}
-			if after := env.SlotInfo().ConfirmedFlush; after > slotBefore+64<<10 {
-				t.Errorf("slot confirmed from %s to %s after the change", slotBefore, after)
+			if after := env.SlotInfo().ConfirmedFlush; after >= changedAt {
+				t.Errorf("slot confirmed to %s, past the publication change at %s", after, changedAt)
 			}
 		})
 	}
@@ -194,24 +203,47 @@ func TestSwitchFromPolling(t *testing.T) {
 // the broker lost (and exits 1), and --republish puts it back.
 func TestVerifyCommand(t *testing.T) {
 	env := newEnv(t)
-	r := startRelay(t, env, "--duplicate-window", "1s")
+	const window = 6 * time.Second
+	r := startRelay(t, env, "--duplicate-window", window.String())
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	ids := env.Tx(relaytest.NewRow("order", "1", "a", `{}`), relaytest.NewRow("order", "1", "b", `{}`), relaytest.NewRow("order", "2", "c", `{}`))
-	env.WaitStored(3, 10*time.Second)
+	// created_at comes from Postgres's clock (or the application), the
+	// stream's stored times from NATS's: a row "created" after the time
+	// it was stored must still be found by verify --since.
+	env.Exec(`INSERT INTO ` + env.Table.Quoted() + ` (aggregate_type, aggregate_id, event_type, payload, created_at)
+		VALUES ('order', '3', 'ahead', '{}', now() + interval '10 minutes')`)
+	env.WaitStored(4, 10*time.Second)
 	args := append([]string{"verify"}, env.ToolArgs()...)
 	if out, err := runCLI(t, args...); err != nil || !strings.Contains(out, "OK:") {
 		t.Fatalf("verify on a healthy stream (%v):\n%s", err, out)
 	}
+	since := time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339)
+	out, err := runCLI(t, append(args, "--since", since, "--json")...)
+	var rep struct {
+		Rows    int      `json:"rows"`
+		Missing []string `json:"missing"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || rep.Rows != 1 || len(rep.Missing) != 0 {
+		t.Fatalf("verify --since %s --json, for a row created after it was stored (%v):\n%s", since, err, out)
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := env.StreamHandle(time.Second).DeleteMsg(ctx, storedByID(t, env)[ids[1]].Sequence); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runCLI(t, args...)
+	deleted := time.Now()
+	out, err = runCLI(t, args...)
 	if err == nil || !strings.Contains(out, "missing:          1 "+ids[1]) {
 		t.Fatalf("verify after the broker lost an event (%v):\n%s", err, out)
 	}
-	time.Sleep(1500 * time.Millisecond) // JetStream forgets the deleted message's id after the dedup window
+	// Within the dedup window JetStream drops the republished message as a
+	// duplicate of the deleted one: verify must say so, and fail.
+	out, err = runCLI(t, append(args, "--republish")...)
+	if err == nil || !strings.Contains(out, "still missing after republishing") {
+		t.Fatalf("verify --republish within the duplicate window (%v):\n%s", err, out)
+	}
+	time.Sleep(time.Until(deleted.Add(window + 500*time.Millisecond)))
 	if out, err := runCLI(t, append(args, "--republish")...); err != nil || !strings.Contains(out, "OK:") {
 		t.Fatalf("verify --republish (%v):\n%s", err, out)
 	}

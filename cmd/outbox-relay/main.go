@@ -62,7 +62,7 @@ func report(log zerolog.Logger, err error) {
 	var gap *checkpoint.GapError
 	var fe *replication.FatalError
 	switch {
-	case errors.Is(err, errProblems):
+	case err == errProblems: // verify printed its report: nothing to add
 		return
 	case errors.As(err, &gap):
 		log.Error().Str("fix", gap.Fix).Msg(gap.What)

@@ -57,8 +57,6 @@ func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, erro
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }
 
-func (p *pipeline) Stalled() bool { return p.pub.Stalled() }
-
 // offer hands ev over, waiting for room; used for the rows published at
 // the slot's creation, before streaming starts.
 func (p *pipeline) offer(ctx context.Context, ev *decode.Event) error {

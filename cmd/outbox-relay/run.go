@@ -33,7 +33,7 @@ type relayFlags struct {
 	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
 	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
 	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
-	MaxProcs       int           `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores."`
+	MaxProcs       int           `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
 	CPUProfile     string        `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
 
@@ -49,6 +49,8 @@ func (f relayFlags) validate() error {
 		return fmt.Errorf("--status-interval %s: use at least 100ms", f.StatusInterval)
 	case f.DrainTimeout < 0:
 		return fmt.Errorf("--drain-timeout %s: must not be negative", f.DrainTimeout)
+	case f.MaxProcs < 0:
+		return fmt.Errorf("--max-procs %d: use 1 or more, or 0 for every processor", f.MaxProcs)
 	}
 	return nil
 }

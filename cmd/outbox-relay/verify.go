@@ -164,21 +164,35 @@ func (t *tools) close() {
 
 // republish publishes the rows with the given ids from the table.
 func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	src, err := newRowSource(ctx, t.pool, n.table)
-	if err != nil {
-		return err
-	}
-	o, err := newOneShot(ctx, t.nc, t.stream, n, t.store, log)
-	if err != nil {
-		return err
-	}
-	count, err := src.each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error { return o.offer(ctx, ev) })
-	if ferr := o.finish(ctx); err == nil {
-		err = ferr
-	}
+	_, count, err := t.publishIDs(ctx, n, ids, log, nil)
 	if err != nil {
 		return err
 	}
 	log.Info().Int("published", count).Msg("republished the missing rows")
 	return nil
+}
+
+// publishIDs publishes the table's rows with the given ids, in commit
+// order, and waits for their PubAcks. admit, when set, sees every row
+// found, with the publisher, and may hold it back. It returns the
+// publisher (to ask what was dead-lettered) and how many rows were found.
+func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerolog.Logger, admit func(*oneShot, *decode.Event) bool) (*oneShot, int, error) {
+	src, err := newRowSource(ctx, t.pool, n.table)
+	if err != nil {
+		return nil, 0, err
+	}
+	o, err := newOneShot(ctx, t.nc, t.stream, n, t.store, log)
+	if err != nil {
+		return nil, 0, err
+	}
+	count, err := src.each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
+		if admit != nil && !admit(o, ev) {
+			return nil
+		}
+		return o.offer(ctx, ev)
+	})
+	if ferr := o.finish(ctx); err == nil {
+		err = ferr
+	}
+	return o, count, err
 }
