@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // Action is what the relay does at start with its slot.
@@ -21,8 +23,9 @@ const (
 	// Adopt streams from a slot the relay did not create, records it, and
 	// warns that rows older than the slot are not published.
 	Adopt
-	// Repair (asked for with --recreate-slot, never decided) creates a new
-	// slot and publishes from its snapshot every row the stream lacks.
+	// Repair (asked for by the operator, never decided) creates a new slot
+	// and publishes from its snapshot every row the stream lacks: the way
+	// back from a gap (replication.ErrGap).
 	Repair
 )
 
@@ -41,62 +44,60 @@ type SlotState struct {
 }
 
 // GapError means events may be missing from the stream: the relay refuses
-// to go on silently and says how to reconcile.
+// to go on silently. It wraps replication.ErrGap; the repair (a new slot
+// publishing from its snapshot every committed row the stream lacks) is the
+// caller's to offer.
 type GapError struct {
+	// What says what happened and what may be missing.
 	What string
-	Fix  string
+	// Fix holds advice other than the repair itself; usually empty.
+	Fix string
 }
 
-func (e *GapError) Error() string { return e.What + ": " + e.Fix }
+func (e *GapError) Error() string {
+	if e.Fix == "" {
+		return e.What
+	}
+	return e.What + ": " + e.Fix
+}
 
-const reconcileFix = "start the relay once with --recreate-slot: it creates a new slot and, from its snapshot, publishes every committed row the stream lacks (checked by id; narrow it with --repair-since), then streams"
+// Unwrap returns replication.ErrGap, so errors.Is(err, replication.ErrGap)
+// holds for every GapError.
+func (e *GapError) Unwrap() error { return replication.ErrGap }
 
-// Decide chooses the start-up action, or returns a *GapError when the slot
-// cannot be trusted to hold every event the stream still lacks.
+func gapf(format string, args ...any) *GapError {
+	return &GapError{What: fmt.Sprintf(format, args...)}
+}
+
+// Decide chooses the start-up action, or returns a *GapError (which wraps
+// replication.ErrGap) when the slot cannot be trusted to hold every event
+// the stream still lacks.
 func Decide(s SlotState) (Action, error) {
 	r := s.Record
 	switch {
 	case s.Exists && s.Lost:
-		return 0, &GapError{
-			What: fmt.Sprintf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed, so events committed after %s may never reach the stream", s.Name, s.Confirmed),
-			Fix:  reconcileFix,
-		}
+		return 0, gapf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed, so events committed after %s may never reach the stream", s.Name, s.Confirmed)
 	case !s.Exists && !r.Exists:
 		if s.StreamCount > 0 {
-			return 0, &GapError{
-				What: fmt.Sprintf("the stream holds %d messages from an outbox relay, but there is no replication slot %q and no record of one: starting a new slot now would skip whatever was committed in between", s.StreamCount, s.Name),
-				Fix:  reconcileFix,
-			}
+			return 0, gapf("the stream holds %d messages from an outbox relay, but there is no replication slot %q and no record of one: starting a new slot now would skip whatever was committed in between", s.StreamCount, s.Name)
 		}
 		return Bootstrap, nil
 	case !s.Exists && r.Exists && !r.Bootstrapped:
 		return RedoBootstrap, nil
 	case !s.Exists:
-		return 0, &GapError{
-			What: fmt.Sprintf("replication slot %q was dropped after the relay streamed from it (it had confirmed up to %s): WAL written since was never decoded", s.Name, r.Limit),
-			Fix:  reconcileFix,
-		}
+		return 0, gapf("replication slot %q was dropped after the relay streamed from it (it had confirmed up to %s): WAL written since was never decoded", s.Name, r.Limit)
 	case !r.Exists:
 		if s.StreamCount > 0 {
-			return 0, &GapError{
-				What: fmt.Sprintf("replication slot %q exists but the relay has no record of it, and the stream already holds %d messages: the slot may have been recreated after events were published", s.Name, s.StreamCount),
-				Fix:  reconcileFix,
-			}
+			return 0, gapf("replication slot %q exists but the relay has no record of it, and the stream already holds %d messages: the slot may have been recreated after events were published", s.Name, s.StreamCount)
 		}
 		return Adopt, nil
 	case !r.Bootstrapped:
 		if s.Confirmed == r.CreatedLSN {
 			return RedoBootstrap, nil
 		}
-		return 0, &GapError{
-			What: fmt.Sprintf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN),
-			Fix:  reconcileFix,
-		}
+		return 0, gapf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN)
 	case s.Confirmed > r.Limit+Slack:
-		return 0, &GapError{
-			What: fmt.Sprintf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit),
-			Fix:  reconcileFix,
-		}
+		return 0, gapf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit)
 	}
 	return Resume, nil
 }

@@ -53,7 +53,7 @@ func NewStore(pool *pgxpool.Pool, schema, slot string) *Store {
 func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, commitLSN pglogrepl.LSN) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.deadLetters+` (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
 		ON CONFLICT (event_id) DO UPDATE SET reason = EXCLUDED.reason, commit_lsn = EXCLUDED.commit_lsn,
-			dead_lettered_at = now(), retried_at = NULL`, eventID, reason, commitLSN.String())
+			dead_lettered_at = now(), retried_at = NULL`, eventID, reason, commitLSN)
 	if err != nil {
 		return fmt.Errorf("record dead letter %s: %w", eventID, err)
 	}
@@ -63,9 +63,8 @@ func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, co
 // Load reads the record; Record.Exists is false when there is none.
 func (s *Store) Load(ctx context.Context) (Record, error) {
 	var r Record
-	var created, limit string
-	err := s.pool.QueryRow(ctx, `SELECT created_lsn::text, confirm_limit::text, bootstrapped_at IS NOT NULL FROM `+s.table+` WHERE slot_name = $1`, s.slot).
-		Scan(&created, &limit, &r.Bootstrapped)
+	err := s.pool.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL FROM `+s.table+` WHERE slot_name = $1`, s.slot).
+		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
@@ -73,12 +72,6 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing): %w", s.slot, s.table, err)
 	}
 	r.Exists = true
-	if r.CreatedLSN, err = pglogrepl.ParseLSN(created); err != nil {
-		return Record{}, fmt.Errorf("record of slot %q: created_lsn: %w", s.slot, err)
-	}
-	if r.Limit, err = pglogrepl.ParseLSN(limit); err != nil {
-		return Record{}, fmt.Errorf("record of slot %q: confirm_limit: %w", s.slot, err)
-	}
 	return r, nil
 }
 
@@ -87,7 +80,7 @@ func (s *Store) Create(ctx context.Context, lsn pglogrepl.LSN, bootstrapped bool
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at)
 		VALUES ($1, $2::pg_lsn, $2::pg_lsn, CASE WHEN $3 THEN now() END)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = EXCLUDED.created_lsn, confirm_limit = EXCLUDED.confirm_limit,
-			bootstrapped_at = EXCLUDED.bootstrapped_at, updated_at = now()`, s.slot, lsn.String(), bootstrapped)
+			bootstrapped_at = EXCLUDED.bootstrapped_at, updated_at = now()`, s.slot, lsn, bootstrapped)
 	if err != nil {
 		return fmt.Errorf("record slot %q in %s: %w", s.slot, s.table, err)
 	}
@@ -106,7 +99,7 @@ func (s *Store) MarkBootstrapped(ctx context.Context) error {
 // RaiseLimit records that the relay may confirm up to lsn.
 func (s *Store) RaiseLimit(ctx context.Context, lsn pglogrepl.LSN) error {
 	_, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET confirm_limit = $2::pg_lsn, updated_at = now()
-		WHERE slot_name = $1 AND confirm_limit < $2::pg_lsn`, s.slot, lsn.String())
+		WHERE slot_name = $1 AND confirm_limit < $2::pg_lsn`, s.slot, lsn)
 	if err != nil {
 		return fmt.Errorf("record confirm limit %s for slot %q: %w", lsn, s.slot, err)
 	}

@@ -63,10 +63,8 @@ func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 	if err != nil || len(problems) == 0 {
 		return err
 	}
-	return &FatalError{
-		Err:  errors.New("the publication changed under the relay: " + strings.Join(problems, "; ")),
-		Hint: "inserts made while the table was not published were not decoded: restore the publication, then start the relay once with --recreate-slot (it publishes every committed row the stream lacks)",
-	}
+	return gap(errors.New("the publication changed under the relay: "+strings.Join(problems, "; ")),
+		"inserts made while the table was not published were not decoded: restore the publication first")
 }
 
 // checkPublication returns the publication's problems; an error means it
@@ -123,7 +121,7 @@ func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (
 		return nil, err
 	}
 	if len(have) == 0 {
-		return []string{fmt.Sprintf("table %s does not exist: run `outbox-relay migrate --table %s`", table, table)}, nil
+		return []string{fmt.Sprintf("table %s does not exist: create it by running `outbox-relay migrate` for this table", table)}, nil
 	}
 	var missing []string
 	for _, c := range decode.RequiredColumns {

@@ -23,11 +23,21 @@ const (
 	codeCannotConnectNow   = "57P03"
 )
 
+// ErrGap means events may be missing from the stream: WAL was lost or not
+// decoded, so rows committed in between may never have been published.
+// Retrying cannot fix it; publishing from a new slot's snapshot every
+// committed row the stream lacks can. Errors that mean a gap wrap it: test
+// with errors.Is(err, ErrGap).
+var ErrGap = errors.New("events may be missing from the stream")
+
 // FatalError is an error that retrying cannot fix: the relay stops and
-// the message says what to do.
+// the message says what happened and, when the library knows, what to do.
 type FatalError struct {
 	Err  error
 	Hint string
+	// Gap marks a FatalError that means events may be missing from the
+	// stream: errors.Is(err, ErrGap) is then true.
+	Gap bool
 }
 
 func (e *FatalError) Error() string {
@@ -39,11 +49,20 @@ func (e *FatalError) Error() string {
 
 func (e *FatalError) Unwrap() error { return e.Err }
 
+// Is reports whether target is ErrGap and the error means a gap.
+func (e *FatalError) Is(target error) bool { return e.Gap && target == ErrGap }
+
 // Fatal marks the error as one retrying cannot fix.
 func (e *FatalError) Fatal() bool { return true }
 
 func fatal(err error, hint string, args ...any) error {
 	return &FatalError{Err: err, Hint: fmt.Sprintf(hint, args...)}
+}
+
+// gap is fatal for an error that means events may be missing: it wraps
+// ErrGap. The hint says what happened; the caller adds how to repair.
+func gap(err error, hint string, args ...any) error {
+	return &FatalError{Err: err, Hint: fmt.Sprintf(hint, args...), Gap: true}
 }
 
 // errSlotBusy means another process streams from the slot: this relay waits
@@ -65,13 +84,13 @@ func (s *Stream) classify(err error) error {
 	case codeObjectInUse:
 		return fmt.Errorf("%w: %s", errSlotBusy, pe.Message)
 	case codeUndefinedObject:
-		return fatal(err, "the slot or publication disappeared while the relay was using it; WAL decoded without it may hold events the stream lacks: restore the publication if it is gone, then start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
+		return gap(err, "the slot or publication disappeared while the relay was using it; WAL decoded without it may hold events the stream lacks: restore the publication first if it is gone")
 	case codeNotInPrerequisite:
-		return fatal(err, "the slot can no longer be used (invalidated, for example by max_slot_wal_keep_size) or wal_level is not logical; events after the slot's last position may be missing: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
+		return gap(err, "the slot can no longer be used (invalidated, for example by max_slot_wal_keep_size) or wal_level is not logical; events after the slot's last position may be missing")
 	case codeInsufficientPriv, codeInvalidAuthSpec, codeInvalidPassword:
 		return fatal(err, "the role needs LOGIN and REPLICATION (ALTER ROLE %s REPLICATION) and a pg_hba.conf entry for database %q", s.cfg.Repl.User, s.cfg.Repl.Database)
 	case codeInvalidCatalogName:
-		return fatal(err, "check the database name in --pg-url")
+		return fatal(err, "check the database name in the connection string")
 	}
 	return err
 }

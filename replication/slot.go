@@ -47,11 +47,11 @@ func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo,
 		info               SlotInfo
 		plugin, db, status *string
 		pid                *int32
-		confirmed, restart *string
+		confirmed, restart *pglogrepl.LSN // NULL for a physical or an invalidated slot
 		lag                *int64
 	)
 	err := pool.QueryRow(ctx, `SELECT plugin, database, temporary, active, active_pid,
-			confirmed_flush_lsn::text, restart_lsn::text, wal_status,
+			confirmed_flush_lsn, restart_lsn, wal_status,
 			(pg_current_wal_lsn() - confirmed_flush_lsn)::bigint
 		FROM pg_replication_slots WHERE slot_name = $1`, slot).
 		Scan(&plugin, &db, &info.Temporary, &info.Active, &pid, &confirmed, &restart, &status, &lag)
@@ -64,17 +64,8 @@ func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo,
 	info.Exists = true
 	info.Plugin, info.Database, info.WALStatus = deref(plugin), deref(db), deref(status)
 	info.ActivePID = deref(pid)
+	info.ConfirmedFlush, info.RestartLSN = deref(confirmed), deref(restart)
 	info.LagBytes = deref(lag)
-	if confirmed != nil {
-		if info.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
-			return SlotInfo{}, fmt.Errorf("slot %q confirmed_flush_lsn: %w", slot, err)
-		}
-	}
-	if restart != nil {
-		if info.RestartLSN, err = pglogrepl.ParseLSN(*restart); err != nil {
-			return SlotInfo{}, fmt.Errorf("slot %q restart_lsn: %w", slot, err)
-		}
-	}
 	return info, nil
 }
 
@@ -91,15 +82,15 @@ func CheckSlot(info SlotInfo, slot, database string) error {
 	switch {
 	case info.Plugin != "pgoutput":
 		return fatal(fmt.Errorf("replication slot %q uses output plugin %q", slot, info.Plugin),
-			"the relay needs a pgoutput slot: use another --slot, or drop this one if nothing else uses it")
+			"the relay needs a pgoutput slot: use another slot name, or drop this one if nothing else uses it")
 	case info.Temporary:
 		return fatal(fmt.Errorf("replication slot %q is temporary", slot), "use a permanent slot")
 	case info.Database != database:
 		return fatal(fmt.Errorf("replication slot %q belongs to database %q, not %q", slot, info.Database, database),
-			"point --pg-url at the slot's database or choose another --slot")
+			"connect to the slot's database or choose another slot name")
 	case info.WALStatus == "lost":
-		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed", slot),
-			"events committed after its last confirmed position (%s) may never have been published: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)", info.ConfirmedFlush)
+		return gap(fmt.Errorf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed", slot),
+			"events committed after its last confirmed position (%s) may never have been published", info.ConfirmedFlush)
 	}
 	return nil
 }

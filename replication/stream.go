@@ -38,6 +38,20 @@ type Handler interface {
 	Drain(ctx context.Context) error
 }
 
+// Defaults of the Config durations left zero.
+const (
+	DefaultStatusInterval = 10 * time.Second
+	DefaultDrainTimeout   = 10 * time.Second
+)
+
+// The slot and publication the relay uses unless told otherwise.
+// Config.Slot and Config.Publication themselves are required: the slot's
+// name is also the key of the relay's record of it.
+const (
+	DefaultSlot        = "outbox_relay"
+	DefaultPublication = "outbox_pub"
+)
+
 // Config configures a Stream.
 type Config struct {
 	// Repl configures the replication connection (see ParseConnString).
@@ -46,10 +60,11 @@ type Config struct {
 	Publication string
 	Table       decode.Table
 	// StatusInterval is the longest time between standby status updates
-	// (default 10s). Progress is confirmed sooner, up to five times a second.
+	// (DefaultStatusInterval when zero). Progress is confirmed sooner, up to
+	// five times a second.
 	StatusInterval time.Duration
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
-	// before the final status update (default 10s).
+	// before the final status update (DefaultDrainTimeout when zero).
 	DrainTimeout time.Duration
 	// BeforeSession, when set, runs before each session with the slot as it
 	// is then: the relay checks it is still its own (not dropped and
@@ -59,10 +74,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.StatusInterval <= 0 {
-		c.StatusInterval = 10 * time.Second
+		c.StatusInterval = DefaultStatusInterval
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 10 * time.Second
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 }
 
@@ -155,8 +170,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		return err
 	}
 	if !info.Exists {
-		return fatal(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
-			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded: start the relay once with --recreate-slot (it publishes every committed row the stream lacks)")
+		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
+			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
 	}
 	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
 		return err

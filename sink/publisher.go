@@ -17,6 +17,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
+// Defaults of the Config fields left zero, and the dead-letter subject the
+// relay uses unless told otherwise (Config.DeadLetterSubject itself is
+// required: the same subject must reach the stream and the checks).
+const (
+	DefaultWindow            = 4096
+	DefaultWindowBytes       = 64 << 20
+	DefaultAckTimeout        = 5 * time.Second
+	DefaultDeadLetterSubject = "outbox_dead_letter"
+)
+
 // Config configures a Publisher.
 type Config struct {
 	// Subject renders each event's subject.
@@ -24,13 +34,15 @@ type Config struct {
 	// DeadLetterSubject receives events that can never be published as they
 	// are, with the reason in a header.
 	DeadLetterSubject string
-	// Window is the most messages awaiting a PubAck at once (default 4096).
+	// Window is the most messages awaiting a PubAck at once
+	// (DefaultWindow when zero).
 	Window int
 	// WindowBytes bounds the payload bytes held for messages awaiting a
-	// PubAck (default 64 MiB); one larger message still goes alone.
+	// PubAck (DefaultWindowBytes when zero); one larger message still goes
+	// alone.
 	WindowBytes int
 	// AckTimeout is how long a PubAck may take before the outcome counts as
-	// unknown and the message is republished (default 5s).
+	// unknown and the message is republished (DefaultAckTimeout when zero).
 	AckTimeout time.Duration
 	// MaxMessageSize is the largest message (headers and payload) the stream
 	// accepts; 0 means the server's max_payload.
@@ -48,13 +60,13 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Window <= 0 {
-		c.Window = 4096
+		c.Window = DefaultWindow
 	}
 	if c.WindowBytes <= 0 {
-		c.WindowBytes = 64 << 20
+		c.WindowBytes = DefaultWindowBytes
 	}
 	if c.AckTimeout <= 0 {
-		c.AckTimeout = 5 * time.Second
+		c.AckTimeout = DefaultAckTimeout
 	}
 }
 

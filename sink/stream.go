@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,15 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// DefaultStream is the stream the relay publishes to unless told otherwise;
+// StreamSpec.Name itself is required.
+const DefaultStream = "OUTBOX"
+
+// DefaultDuplicateWindow is the dedup window of a stream the relay creates
+// when StreamSpec.DuplicateWindow is zero. Republished messages keep their
+// Nats-Msg-Id: within the window JetStream drops the copies it has.
+const DefaultDuplicateWindow = 2 * time.Minute
+
 // StreamSpec describes the stream the relay publishes to.
 type StreamSpec struct {
 	Name string
@@ -18,7 +28,8 @@ type StreamSpec struct {
 	Template Template
 	// DeadLetterSubject must be covered by this stream or another one.
 	DeadLetterSubject string
-	// DuplicateWindow is the dedup window of a stream the relay creates.
+	// DuplicateWindow is the dedup window of a stream the relay creates
+	// (DefaultDuplicateWindow when zero).
 	DuplicateWindow time.Duration
 	// Replicas is the replica count of a stream the relay creates (default 1).
 	Replicas int
@@ -46,13 +57,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, 
 	}
 	cfg := stream.CachedInfo().Config
 	if !coveredBy(cfg.Subjects, filter) {
-		return cfg, fmt.Errorf("%w: stream %q has subjects %v, which do not cover %q rendered from --subject %q: add the subject to the stream (nats stream edit %s --subjects ...) or change --subject",
+		return cfg, fmt.Errorf("%w: stream %q has subjects %v, which do not cover %q rendered from the subject template %q: add the subject to the stream (nats stream edit %s --subjects ...) or change the template",
 			ErrStreamConfig, spec.Name, cfg.Subjects, filter, spec.Template, spec.Name)
 	}
 	if !coveredBy(cfg.Subjects, spec.DeadLetterSubject) {
 		other, err := js.StreamNameBySubject(ctx, spec.DeadLetterSubject)
 		if err != nil || other == "" {
-			return cfg, fmt.Errorf("%w: no stream covers the dead-letter subject %q (stream %q has %v): add it to a stream or change --dead-letter-subject",
+			return cfg, fmt.Errorf("%w: no stream covers the dead-letter subject %q (stream %q has %v): add it to a stream or choose another dead-letter subject",
 				ErrStreamConfig, spec.DeadLetterSubject, spec.Name, cfg.Subjects)
 		}
 	}
@@ -75,7 +86,7 @@ func createStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, 
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,
-		Duplicates:  spec.DuplicateWindow,
+		Duplicates:  cmp.Or(spec.DuplicateWindow, DefaultDuplicateWindow),
 		Replicas:    max(spec.Replicas, 1),
 	}
 	stream, err := js.CreateStream(ctx, cfg)

@@ -14,6 +14,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,21 @@ type Report struct {
 	// OrderViolations are events stored after a later event of their
 	// aggregate.
 	OrderViolations []Violation `json:"order_violations"`
+	// Unparsed are messages on the relay's subjects whose headers verify
+	// cannot read (not the relay's, or damaged): nothing can be said about
+	// the events they carry.
+	Unparsed []Unparsed `json:"unparsed"`
+}
+
+// Unparsed is a stored message verify cannot read.
+type Unparsed struct {
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	Reason  string `json:"reason"`
+}
+
+func (u Unparsed) String() string {
+	return fmt.Sprintf("message %d on %s: %s", u.Seq, u.Subject, u.Reason)
 }
 
 // Violation is one event stored out of order within its aggregate.
@@ -67,9 +83,11 @@ func (v Violation) String() string {
 	return fmt.Sprintf("aggregate %s: event %s stored after %s, which committed later", v.Aggregate, v.EventID, v.After)
 }
 
-// OK reports whether nothing is missing, extra, duplicated or reordered.
+// OK reports whether nothing is missing, extra, duplicated, reordered or
+// unreadable.
 func (r Report) OK() bool {
-	return len(r.Missing) == 0 && len(r.Extra) == 0 && len(r.Duplicates) == 0 && len(r.OrderViolations) == 0
+	return len(r.Missing) == 0 && len(r.Extra) == 0 && len(r.Duplicates) == 0 && len(r.OrderViolations) == 0 &&
+		len(r.Unparsed) == 0
 }
 
 // Querier runs a query: a pool, a connection or a transaction (for example
@@ -84,9 +102,7 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Rows: len(rows), Duplicates: map[string]int{}}
-	seen := make(map[string]int, len(rows))
-	last := map[string]lastOf{}
+	c := newComparison(rows, opts)
 	// Messages are chosen by their Outbox-Created-At; the stream is only
 	// read from a margin before Since, because its stored times come from
 	// another clock (and created_at may be set by the application).
@@ -95,37 +111,80 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 		from = from.Add(-clockMargin)
 	}
 	err = sink.ForEach(ctx, stream, opts.Subjects, sink.Read{Since: from, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		ev, ok := sink.ParseStored(m)
-		if ok && inRange(m.Header.Get(sink.HeaderCreatedAt), opts) {
-			r.count(ev, m, seen, last)
-		}
+		c.add(m)
 		return true
 	})
 	if err != nil {
-		return r, err
+		return c.r, err
 	}
-	for id := range rows {
-		if seen[id] == 0 {
-			r.Missing = append(r.Missing, id)
-		}
-	}
-	for id := range seen {
-		if _, ok := rows[id]; !ok {
-			r.Extra = append(r.Extra, id)
-		}
-	}
-	return r, nil
+	return c.report(), nil
 }
 
-// count adds one stored message to the report.
-func (r *Report) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg, seen map[string]int, last map[string]lastOf) {
+// comparison is the pure part of Run: committed row ids in, stored
+// messages added one by one in stream order, a Report out. It holds one
+// entry per id, never the messages.
+type comparison struct {
+	opts Options
+	rows map[string]struct{}
+	r    Report
+	seen map[string]int
+	last map[string]lastOf
+}
+
+func newComparison(rows map[string]struct{}, opts Options) *comparison {
+	return &comparison{
+		opts: opts,
+		rows: rows,
+		r:    Report{Rows: len(rows), Duplicates: map[string]int{}},
+		seen: make(map[string]int, len(rows)),
+		last: map[string]lastOf{},
+	}
+}
+
+// add takes the next stored message, in stream order.
+func (c *comparison) add(m *jetstream.RawStreamMsg) {
+	ev, ok := sink.ParseStored(m)
+	switch in, known := inRange(m.Header.Get(sink.HeaderCreatedAt), c.opts); {
+	case known && !in:
+		return // outside the compared range
+	case !known && !c.storedInRange(m):
+		return // unreadable, and stored well outside the range
+	case !ok:
+		c.unparsed(m, "no readable relay headers ("+sink.HeaderCommitLSN+", "+sink.HeaderTxnIndex+")")
+	case ev.ID == "":
+		c.unparsed(m, "no "+sink.HeaderMsgID+" header")
+	case !known:
+		c.unparsed(m, "the "+sink.HeaderCreatedAt+" header is missing or not RFC 3339, so it cannot be placed in the range compared")
+	default:
+		c.count(ev, m)
+	}
+}
+
+func (c *comparison) unparsed(m *jetstream.RawStreamMsg, reason string) {
+	c.r.Messages++
+	c.r.Unparsed = append(c.r.Unparsed, Unparsed{Seq: m.Sequence, Subject: m.Subject, Reason: reason})
+}
+
+// storedInRange reports whether a message whose created_at is unknown was
+// stored within the compared range, widened by the clock margin.
+func (c *comparison) storedInRange(m *jetstream.RawStreamMsg) bool {
+	if m.Time.IsZero() {
+		return true
+	}
+	return (c.opts.Since.IsZero() || !m.Time.Before(c.opts.Since.Add(-clockMargin))) &&
+		(c.opts.Until.IsZero() || m.Time.Before(c.opts.Until.Add(clockMargin)))
+}
+
+// count adds one stored relay message to the report.
+func (c *comparison) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg) {
+	r := &c.r
 	r.Messages++
 	if ev.DeadLetter {
 		r.DeadLetters++
 	}
-	seen[ev.ID]++
-	if seen[ev.ID] > 1 {
-		r.Duplicates[ev.ID] = seen[ev.ID]
+	c.seen[ev.ID]++
+	if c.seen[ev.ID] > 1 {
+		r.Duplicates[ev.ID] = c.seen[ev.ID]
 		return
 	}
 	if ev.Position.CommitLSN == 0 || ev.DeadLetter {
@@ -134,11 +193,30 @@ func (r *Report) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg, seen map[
 		return
 	}
 	agg := m.Header.Get(sink.HeaderAggregateType) + "/" + m.Header.Get(sink.HeaderAggregateID)
-	if prev, ok := last[agg]; ok && ev.Position.Less(prev.pos) {
+	if prev, ok := c.last[agg]; ok && ev.Position.Less(prev.pos) {
 		r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
 		return
 	}
-	last[agg] = lastOf{id: ev.ID, pos: ev.Position}
+	c.last[agg] = lastOf{id: ev.ID, pos: ev.Position}
+}
+
+// report returns the outcome: the messages added so far against the rows.
+func (c *comparison) report() Report {
+	r := c.r
+	r.Missing, r.Extra = nil, nil
+	for id := range c.rows {
+		if c.seen[id] == 0 {
+			r.Missing = append(r.Missing, id)
+		}
+	}
+	for id := range c.seen {
+		if _, ok := c.rows[id]; !ok {
+			r.Extra = append(r.Extra, id)
+		}
+	}
+	slices.Sort(r.Missing)
+	slices.Sort(r.Extra)
+	return r
 }
 
 type lastOf struct {
@@ -171,15 +249,17 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-func inRange(createdAt string, opts Options) bool {
+// inRange reports whether createdAt is within the compared range; known is
+// false when a range is set and createdAt cannot be read.
+func inRange(createdAt string, opts Options) (in, known bool) {
 	if opts.Since.IsZero() && opts.Until.IsZero() {
-		return true
+		return true, true
 	}
 	t, err := time.Parse(time.RFC3339Nano, createdAt)
 	if err != nil {
-		return false
+		return false, false
 	}
-	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until))
+	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until)), true
 }
 
 // Messages calls fn for every message on subjects stored in the stream up

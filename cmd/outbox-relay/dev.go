@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -55,17 +55,18 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := (&runCmd{pgFlags: pgFlags{PGURL: pgURL}, natsFlags: natsFlags{NATSURL: natsURL},
-		nameFlags: defaultNames(), relayFlags: relayFlags{Window: 4096, WindowBytes: 64 << 20, AckTimeout: 5 * time.Second,
-			StatusInterval: 10 * time.Second, DrainTimeout: 10 * time.Second, MetricsAddr: c.MetricsAddr}}).config()
+	// Every tuning knob at its package's default.
+	n, err := defaultNames().parse()
 	if err != nil {
 		return err
 	}
+	cfg := n.relayConfig()
+	cfg.PGURL = pgURL
 	poolCfg, _, err := replication.ParseConnString(pgURL)
 	if err != nil {
 		return err
 	}
-	if _, err := migrations.Apply(ctx, poolCfg.ConnConfig, migrations.Names{Table: cfg.names.table, Publication: cfg.names.publication}); err != nil {
+	if _, err := migrations.Apply(ctx, poolCfg.ConnConfig, migrations.Names{Table: cfg.Table, Publication: cfg.Publication}); err != nil {
 		return err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
@@ -82,17 +83,18 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() {
-		relayDone <- runRelay(relayCtx, cfg, log.With().Str("side", "relay").Logger(), prometheus.NewRegistry())
+		relayDone <- serveRelay(relayCtx, cfg, natsFlags{NATSURL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
 	}()
-	demoErr := c.demo(ctx, pool, natsURL, cfg.names, relayDone)
+	demoErr := c.demo(ctx, pool, natsURL, cfg, relayDone)
 	stopRelay()
 	relayErr := <-relayDone
 	return errors.Join(demoErr, relayErr)
 }
 
 func defaultNames() nameFlags {
-	return nameFlags{Slot: "outbox_relay", Publication: "outbox_pub", Table: "public.outbox_events", Stream: "OUTBOX",
-		Subject: sink.DefaultSubject, DeadLetterSubject: "outbox_dead_letter", DuplicateWindow: 2 * time.Minute}
+	return nameFlags{Slot: replication.DefaultSlot, Publication: replication.DefaultPublication, Table: defaultTable,
+		Stream: sink.DefaultStream, Subject: sink.DefaultSubject, DeadLetterSubject: sink.DefaultDeadLetterSubject,
+		DuplicateWindow: sink.DefaultDuplicateWindow}
 }
 
 // servers starts what the user did not point at.
@@ -117,7 +119,7 @@ func (c *devCmd) servers(ctx context.Context, env *devEnv) (pgURL, natsURL strin
 
 // demo writes orders the seed article's way (order row and outbox row in
 // one transaction) and prints the events as they reach the stream.
-func (c *devCmd) demo(ctx context.Context, pool *pgxpool.Pool, natsURL string, n names, relayDone <-chan error) error {
+func (c *devCmd) demo(ctx context.Context, pool *pgxpool.Pool, natsURL string, n relay.Config, relayDone <-chan error) error {
 	nc, err := nats.Connect(natsURL, nats.Name("outbox-relay dev consumer"))
 	if err != nil {
 		return err
@@ -127,17 +129,17 @@ func (c *devCmd) demo(ctx context.Context, pool *pgxpool.Pool, natsURL string, n
 	if err != nil {
 		return err
 	}
-	stream, err := waitForStream(ctx, js, n.stream, relayDone)
+	stream, err := waitForStream(ctx, js, n.Stream, relayDone)
 	if err != nil {
 		return err
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{n.subject.Filter()}, DeliverPolicy: jetstream.DeliverNewPolicy,
+		FilterSubjects: []string{n.Subject.Filter()}, DeliverPolicy: jetstream.DeliverNewPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("consume stream %q: %w", n.stream, err)
+		return fmt.Errorf("consume stream %q: %w", n.Stream, err)
 	}
-	w := &demoWriter{pool: pool, table: n.table.Quoted(), commits: map[string]time.Time{}}
+	w := &demoWriter{pool: pool, table: n.Table.Quoted(), commits: map[string]time.Time{}}
 	received := make(chan jetstream.Msg, 64)
 	cc, err := cons.Consume(func(m jetstream.Msg) { received <- m })
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 type dlqCmd struct {
@@ -24,7 +25,7 @@ type dlqCmd struct {
 
 type dlqListCmd struct {
 	pgFlags `embed:""`
-	Table   string `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
+	Table   string `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
 	All     bool   `name:"all" help:"Include events already retried."`
 	JSON    bool   `name:"json" help:"Print JSON."`
 }
@@ -135,9 +136,9 @@ func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
 	var problems []string
 	found, rejected := map[string]bool{}, map[string]bool{}
-	o, _, err := t.publishIDs(ctx, n, ids, log, func(o *oneShot, ev *decode.Event) bool {
+	o, _, err := t.publishIDs(ctx, n, ids, log, func(o *relay.OneShot, ev *decode.Event) bool {
 		found[ev.ID] = true
-		if reason := o.pub.Rejects(ev); reason != "" {
+		if reason := o.Rejects(ev); reason != "" {
 			rejected[ev.ID] = true
 			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", ev.ID, reason))
 			return false
@@ -148,7 +149,7 @@ func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Lo
 		return err
 	}
 	for _, id := range ids {
-		switch reason, again := o.deadLettered(id); {
+		switch reason, again := o.DeadLettered(id); {
 		case !found[id]:
 			problems = append(problems, fmt.Sprintf("%s: no such row in %s (deleted, or an event without a usable id)", id, n.table))
 		case again:

@@ -3,12 +3,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -51,13 +56,13 @@ type natsFlags struct {
 }
 
 type nameFlags struct {
-	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"outbox_relay" help:"Logical replication slot (created on first start)."`
-	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"outbox_pub" help:"Publication that contains the outbox table."`
-	Table             string        `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
-	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"OUTBOX" help:"JetStream stream (created when missing)."`
-	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"outbox.{aggregate_type}.{event_type}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token."`
-	DeadLetterSubject string        `name:"dead-letter-subject" env:"OUTBOX_DEAD_LETTER_SUBJECT" default:"outbox_dead_letter" help:"Subject for events that can never be published as they are."`
-	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"2m" help:"Dedup window of a stream the relay creates."`
+	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"Logical replication slot (created on first start)."`
+	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication that contains the outbox table."`
+	Table             string        `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
+	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"${stream}" help:"JetStream stream (created when missing)."`
+	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"${subject}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token."`
+	DeadLetterSubject string        `name:"dead-letter-subject" env:"OUTBOX_DEAD_LETTER_SUBJECT" default:"${dead_letter_subject}" help:"Subject for events that can never be published as they are."`
+	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"${duplicate_window}" help:"Dedup window of a stream the relay creates."`
 }
 
 // names is nameFlags parsed and validated.
@@ -68,6 +73,14 @@ type names struct {
 	subject           sink.Template
 	deadLetter        string
 	duplicateWindow   time.Duration
+}
+
+// relayConfig is the relay's configuration with these names.
+func (n names) relayConfig() relay.Config {
+	return relay.Config{
+		Slot: n.slot, Publication: n.publication, Table: n.table, Stream: n.stream,
+		Subject: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow,
+	}
 }
 
 func (f nameFlags) parse() (names, error) {
@@ -95,4 +108,39 @@ func (f nameFlags) parse() (names, error) {
 		return n, fmt.Errorf("--duplicate-window %s: JetStream needs at least 100ms", f.DuplicateWindow)
 	}
 	return n, nil
+}
+
+// defaultTable is the outbox table the relay reads unless told otherwise:
+// the seed article's.
+const defaultTable = "public.outbox_events"
+
+// defaults are the flag defaults, taken from the packages that own them so
+// that the CLI, dev and the libraries never disagree.
+func defaults() kong.Vars {
+	return kong.Vars{
+		"slot":                replication.DefaultSlot,
+		"publication":         replication.DefaultPublication,
+		"table":               defaultTable,
+		"stream":              sink.DefaultStream,
+		"subject":             sink.DefaultSubject,
+		"dead_letter_subject": sink.DefaultDeadLetterSubject,
+		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
+		"window":              strconv.Itoa(sink.DefaultWindow),
+		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),
+		"ack_timeout":         shortDuration(sink.DefaultAckTimeout),
+		"status_interval":     shortDuration(replication.DefaultStatusInterval),
+		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
+	}
+}
+
+// shortDuration writes 2m rather than 2m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

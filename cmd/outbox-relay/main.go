@@ -10,12 +10,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/natsproc"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -29,7 +30,6 @@ type cli struct {
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
-	Natsd   natsdCmd   `cmd:"" hidden:"" help:"Run an embedded NATS server (used by bench)."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS
@@ -39,11 +39,14 @@ to Postgres only after JetStream acknowledged the events: nothing committed
 is lost, nothing rolled back is published.`
 
 func main() {
+	// Run as the nats-server process of bench and the tests, when asked.
+	natsproc.ServeIfAsked()
 	var c cli
 	k := kong.Parse(&c,
 		kong.Name("outbox-relay"),
 		kong.Description(description),
 		kong.UsageOnError(),
+		defaults(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
 	log := c.Log.logger()
@@ -57,17 +60,31 @@ func main() {
 	}
 }
 
+// repairAdvice is the way back from a gap, said once for every library
+// error that wraps replication.ErrGap.
+const repairAdvice = "start the relay once with --recreate-slot: it creates a new slot and, from its snapshot, publishes every committed row the stream lacks (checked by id; narrow it with --repair-since), then streams"
+
 // report prints a fatal error with what to do about it.
 func report(log zerolog.Logger, err error) {
-	var gap *checkpoint.GapError
 	var fe *replication.FatalError
+	fix := ""
+	if errors.As(err, &fe) {
+		fix = fe.Hint
+	}
+	if errors.Is(err, replication.ErrGap) {
+		if fix == "" {
+			fix = repairAdvice
+		} else {
+			fix = strings.TrimSuffix(fix, ".") + "; then " + repairAdvice
+		}
+	}
 	switch {
-	case err == errProblems: // verify printed its report: nothing to add
+	case err == errProblems: // verify printed its report; a wrapped one has more to say
 		return
-	case errors.As(err, &gap):
-		log.Error().Str("fix", gap.Fix).Msg(gap.What)
-	case errors.As(err, &fe):
-		log.Error().Err(fe.Err).Str("fix", fe.Hint).Msg("cannot continue")
+	case fix != "":
+		log.Error().Err(err).Str("fix", fix).Msg("cannot continue")
+		fmt.Fprintln(os.Stderr, "outbox-relay:", err.Error()+": "+fix)
+		return
 	default:
 		log.Error().Err(err).Msg("stopped")
 	}

@@ -13,8 +13,8 @@ import (
 
 type migrateCmd struct {
 	pgFlags     `embed:""`
-	Table       string `name:"table" env:"OUTBOX_TABLE" default:"public.outbox_events" help:"Outbox table, schema-qualified."`
-	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"outbox_pub" help:"Publication to create for the table."`
+	Table       string `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
+	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication to create for the table."`
 	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password) and grant it what the relay needs."`
 }
 

@@ -1,26 +1,21 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/relay"
 )
-
-var natsUserinfo = regexp.MustCompile(`(://)[^@/\s,]*@`)
-
-// redactNATS hides user:password in NATS URLs.
-func redactNATS(s string) string { return natsUserinfo.ReplaceAllString(s, "${1}REDACTED@") }
 
 // connectNATS connects with the options a long-running relay needs:
 // reconnect forever with capped, jittered backoff; no reconnect buffer, so
 // nothing is published behind the relay's back after a reconnect; pings
 // frequent enough to notice a dead connection in seconds.
-func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logger) (*nats.Conn, error) {
+func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -42,13 +37,13 @@ func connectNATS(ctx context.Context, f natsFlags, name string, log zerolog.Logg
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("server", redactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
+			log.Info().Str("server", relay.RedactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
 	}
 	opts = append(opts, natsAuth(f)...)
 	nc, err := nats.Connect(f.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATS(f.NATSURL), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", relay.RedactNATS(f.NATSURL), err)
 	}
 	return nc, nil
 }
@@ -74,22 +69,4 @@ func natsAuth(f natsFlags) []nats.Option {
 		opts = append(opts, nats.ClientCert(f.NATSCert, f.NATSKey))
 	}
 	return opts
-}
-
-// waitConnected waits until nc is connected or ctx ends, logging the wait.
-func waitConnected(ctx context.Context, nc *nats.Conn, url string, log zerolog.Logger) error {
-	if nc.IsConnected() {
-		return nil
-	}
-	log.Warn().Str("nats_url", redactNATS(url)).Msg("NATS is not reachable yet; waiting (the relay retries forever)")
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !nc.IsConnected() {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-tick.C:
-		}
-	}
-	return nil
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 type runCmd struct {
@@ -25,11 +27,11 @@ type runCmd struct {
 
 // relayFlags tune the running relay.
 type relayFlags struct {
-	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"4096" help:"Most events awaiting a PubAck at once."`
-	WindowBytes    int           `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"67108864" help:"Most payload bytes awaiting PubAcks at once."`
-	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"5s" help:"How long a PubAck may take before the event is republished."`
-	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"10s" help:"Longest time between status updates to Postgres; keep it under wal_sender_timeout/2."`
-	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"10s" help:"How long shutdown waits for in-flight publishes."`
+	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"${window}" help:"Most events awaiting a PubAck at once."`
+	WindowBytes    int           `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"${window_bytes}" help:"Most payload bytes awaiting PubAcks at once."`
+	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"How long a PubAck may take before the event is republished."`
+	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; keep it under wal_sender_timeout/2."`
+	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"${drain_timeout}" help:"How long shutdown waits for in-flight publishes."`
 	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
 	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
 	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
@@ -55,27 +57,20 @@ func (f relayFlags) validate() error {
 	return nil
 }
 
-func (c *runCmd) config() (relayConfig, error) {
+func (c *runCmd) config() (relay.Config, error) {
 	n, err := c.nameFlags.parse()
 	if err != nil {
-		return relayConfig{}, err
+		return relay.Config{}, err
 	}
 	if err := c.relayFlags.validate(); err != nil {
-		return relayConfig{}, err
+		return relay.Config{}, err
 	}
-	return relayConfig{
-		pgURL:          c.PGURL,
-		nats:           c.natsFlags,
-		names:          n,
-		window:         c.Window,
-		windowBytes:    c.WindowBytes,
-		ackTimeout:     c.AckTimeout,
-		statusInterval: c.StatusInterval,
-		drainTimeout:   c.DrainTimeout,
-		metricsAddr:    c.MetricsAddr,
-		recreateSlot:   c.RecreateSlot,
-		repairSince:    c.RepairSince,
-	}, nil
+	cfg := n.relayConfig()
+	cfg.PGURL = c.PGURL
+	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, c.WindowBytes, c.AckTimeout
+	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
+	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
+	return cfg, nil
 }
 
 func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
@@ -100,7 +95,7 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	if err := runRelay(ctx, cfg, log, prometheus.NewRegistry()); err != nil {
+	if err := serveRelay(ctx, cfg, c.natsFlags, c.MetricsAddr, log); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info().Msg("stopped during start-up, as asked")
 			return nil
@@ -109,4 +104,41 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// serveRelay connects to NATS, serves /metrics, /healthz and /readyz, and
+// runs the relay until ctx ends or a fatal error. The metrics server
+// outlives the relay's drain, so a scrape sees the final figures.
+func serveRelay(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr string, log zerolog.Logger) error {
+	reg := prometheus.NewRegistry()
+	health := newHealth()
+	var srv *metricsServer
+	if metricsAddr != "" {
+		var err error
+		if srv, err = newMetricsServer(metricsAddr, reg, health, log); err != nil {
+			return err
+		}
+	}
+	nc, err := connectNATS(nf, "outbox-relay", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := relay.New(cfg, relay.Deps{NATS: nc, Registry: reg, Log: log})
+	if err != nil {
+		return err
+	}
+	health.setReady(r.Ready)
+	if srv != nil {
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		served := make(chan error, 1)
+		go func() { served <- srv.Run(sctx) }()
+		defer func() {
+			stop()
+			if err := <-served; err != nil {
+				log.Warn().Err(err).Msg("metrics server stopped")
+			}
+		}()
+	}
+	return r.Run(ctx)
 }

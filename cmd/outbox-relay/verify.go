@@ -9,14 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -107,92 +101,12 @@ func printReport(w io.Writer, rep verify.Report, note string) {
 		order = append(order, v.String())
 	}
 	list("out of order:", order)
+	var unparsed []string
+	for _, u := range rep.Unparsed {
+		unparsed = append(unparsed, u.String())
+	}
+	list("unparsed:", unparsed)
 	if rep.OK() {
 		fmt.Fprintln(w, "OK: every committed row is in the stream once, in commit order per aggregate")
 	}
-}
-
-// tools are the connections an operator command needs.
-type tools struct {
-	pool   *pgxpool.Pool
-	nc     *nats.Conn
-	stream jetstream.Stream
-	store  *checkpoint.Store
-	table  decode.Table
-}
-
-func openPoolOnly(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
-	poolCfg, _, err := replication.ParseConnString(pgURL)
-	if err != nil {
-		return nil, err
-	}
-	return pgxpool.NewWithConfig(ctx, poolCfg)
-}
-
-func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools, error) {
-	poolCfg, _, err := replication.ParseConnString(pgURL)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, err
-	}
-	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot)}
-	if t.nc, err = nats.Connect(nf.NATSURL, natsAuth(nf)...); err != nil {
-		t.close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactNATS(nf.NATSURL), err)
-	}
-	js, err := jetstream.New(t.nc)
-	if err != nil {
-		t.close()
-		return nil, err
-	}
-	if t.stream, err = js.Stream(ctx, n.stream); err != nil {
-		t.close()
-		return nil, fmt.Errorf("open stream %q: %w", n.stream, err)
-	}
-	return t, nil
-}
-
-func (t *tools) close() {
-	if t.nc != nil {
-		t.nc.Close()
-	}
-	t.pool.Close()
-}
-
-// republish publishes the rows with the given ids from the table.
-func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	_, count, err := t.publishIDs(ctx, n, ids, log, nil)
-	if err != nil {
-		return err
-	}
-	log.Info().Int("published", count).Msg("republished the missing rows")
-	return nil
-}
-
-// publishIDs publishes the table's rows with the given ids, in commit
-// order, and waits for their PubAcks. admit, when set, sees every row
-// found, with the publisher, and may hold it back. It returns the
-// publisher (to ask what was dead-lettered) and how many rows were found.
-func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerolog.Logger, admit func(*oneShot, *decode.Event) bool) (*oneShot, int, error) {
-	src, err := newRowSource(ctx, t.pool, n.table)
-	if err != nil {
-		return nil, 0, err
-	}
-	o, err := newOneShot(ctx, t.nc, t.stream, n, t.store, log)
-	if err != nil {
-		return nil, 0, err
-	}
-	count, err := src.each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
-		if admit != nil && !admit(o, ev) {
-			return nil
-		}
-		return o.offer(ctx, ev)
-	})
-	if ferr := o.finish(ctx); err == nil {
-		err = ferr
-	}
-	return o, count, err
 }

@@ -22,6 +22,24 @@ type NATSOptions struct {
 	SyncAlways bool
 }
 
+// ServerOptions are the server's settings: JetStream on 127.0.0.1, no
+// logging, no signal handlers. Every NATS server of the development
+// environment, the benchmark and the tests starts from them; a caller may
+// add to them (a cluster sets its name and routes).
+func (o NATSOptions) ServerOptions() *server.Options {
+	return &server.Options{
+		ServerName: "outbox-relay-dev",
+		Host:       "127.0.0.1",
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		MaxPayload: o.MaxPayload,
+		SyncAlways: o.SyncAlways,
+		NoLog:      true,
+		NoSigs:     true,
+	}
+}
+
 // NATS is an embedded nats-server with JetStream on 127.0.0.1.
 type NATS struct {
 	opts    NATSOptions
@@ -58,17 +76,7 @@ func (n *NATS) Start() error {
 	if n.srv != nil && n.srv.Running() {
 		return errors.New("nats server already running")
 	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "outbox-relay-dev",
-		Host:       "127.0.0.1",
-		Port:       n.opts.Port,
-		JetStream:  true,
-		StoreDir:   n.opts.StoreDir,
-		MaxPayload: n.opts.MaxPayload,
-		SyncAlways: n.opts.SyncAlways,
-		NoLog:      true,
-		NoSigs:     true,
-	})
+	srv, err := server.NewServer(n.opts.ServerOptions())
 	if err != nil {
 		return fmt.Errorf("configure nats server: %w", err)
 	}

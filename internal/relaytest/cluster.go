@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
 
-// NATSCluster is a JetStream cluster of embedded servers on loopback.
+// NATSCluster is a JetStream cluster of embedded servers on loopback, each
+// with devenv's server options plus its name and routes.
 type NATSCluster struct {
 	t       testing.TB
 	opts    []*server.Options
@@ -30,14 +33,11 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 		routes = append(routes, u)
 	}
 	for i := 0; i < n; i++ {
-		c.opts = append(c.opts, &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1", Port: clientPorts[i],
-			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "outbox-test", Host: "127.0.0.1", Port: routePorts[i]},
-			Routes:  routes,
-			NoLog:   true, NoSigs: true,
-		})
+		o := devenv.NATSOptions{Port: clientPorts[i], StoreDir: t.TempDir()}.ServerOptions()
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.Cluster = server.ClusterOpts{Name: "outbox-test", Host: "127.0.0.1", Port: routePorts[i]}
+		o.Routes = routes
+		c.opts = append(c.opts, o)
 		c.servers = append(c.servers, nil)
 	}
 	for i := range c.opts {

@@ -241,9 +241,9 @@ func (e *Env) Check() verify.Report {
 		e.T.Fatalf("verify: %v", err)
 	}
 	if !rep.OK() {
-		e.T.Errorf("table vs stream: %d rows, %d messages; missing %d %v; extra %d %v; duplicates %d %v; order violations %d %v",
+		e.T.Errorf("table vs stream: %d rows, %d messages; missing %d %v; extra %d %v; duplicates %d %v; order violations %d %v; unparsed %d %v",
 			rep.Rows, rep.Messages, len(rep.Missing), head(rep.Missing), len(rep.Extra), head(rep.Extra),
-			len(rep.Duplicates), rep.Duplicates, len(rep.OrderViolations), rep.OrderViolations)
+			len(rep.Duplicates), rep.Duplicates, len(rep.OrderViolations), rep.OrderViolations, len(rep.Unparsed), rep.Unparsed)
 	}
 	if err := e.checkAggregateSeq(ctx, stream, subjects); err != nil {
 		e.T.Error(err)

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -28,9 +28,17 @@ type pipeline struct {
 	skipped prometheus.Counter
 }
 
-func (p *pipeline) Event(ev *decode.Event) bool {
+// skip reports whether ev was handed over already or is stored already.
+func (p *pipeline) skip(ev *decode.Event) bool {
 	if p.tracker.Seen(ev.Position) || p.stored.Contains(ev.Position) {
 		p.skipped.Inc()
+		return true
+	}
+	return false
+}
+
+func (p *pipeline) Event(ev *decode.Event) bool {
+	if p.skip(ev) {
 		return true
 	}
 	seq, ok := p.pub.Offer(ev)
@@ -57,15 +65,16 @@ func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, erro
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }
 
-// offer hands ev over, waiting for room; used for the rows published at
+// publish hands ev over, waiting for room; used for the rows published at
 // the slot's creation, before streaming starts.
-func (p *pipeline) offer(ctx context.Context, ev *decode.Event) error {
-	for !p.Event(ev) {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-p.Room():
-		}
+func (p *pipeline) publish(ctx context.Context, ev *decode.Event) error {
+	if p.skip(ev) {
+		return nil
 	}
+	seq, err := p.pub.Publish(ctx, ev)
+	if err != nil {
+		return err
+	}
+	p.tracker.Handed(ev.Position, seq)
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -23,13 +23,13 @@ type pollResult struct {
 }
 
 func (b *bench) polling(ctx context.Context, sc scenario, loop bool, budget time.Duration) (pollResult, error) {
-	stream := "BENCH_POLL_" + sc.names.stream
+	stream := "BENCH_POLL_" + sc.stream
 	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"bench_poll_" + sc.name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
 		return pollResult{}, err
 	}
 	defer b.js.DeleteStream(context.WithoutCancel(ctx), stream)
 	// Each mode starts from the whole table unprocessed.
-	if _, err := b.pool.Exec(ctx, `UPDATE `+sc.names.table.Quoted()+` SET processed_at = NULL, attempts = 0`); err != nil {
+	if _, err := b.pool.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET processed_at = NULL, attempts = 0`); err != nil {
 		return pollResult{}, err
 	}
 	r := pollResult{mode: "one batch per tick (as written)"}
@@ -74,7 +74,7 @@ func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int,
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, event_type, payload::text FROM `+sc.names.table.Quoted()+`
+	rows, err := tx.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, event_type, payload::text FROM `+sc.table.Quoted()+`
 		WHERE processed_at IS NULL AND attempts < 5 ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED`)
 	if err != nil {
 		return 0, err
@@ -88,12 +88,12 @@ func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int,
 		msg := &nats.Msg{Subject: prefix + ".order", Data: []byte(e.Payload), Header: nats.Header{}}
 		msg.Header.Set("Nats-Msg-Id", e.ID)
 		if _, err := b.js.PublishMsg(ctx, msg); err != nil {
-			if _, err := tx.Exec(ctx, `UPDATE `+sc.names.table.Quoted()+` SET attempts = attempts + 1 WHERE id = $1`, e.ID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET attempts = attempts + 1 WHERE id = $1`, e.ID); err != nil {
 				return 0, err
 			}
 			continue
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+sc.names.table.Quoted()+` SET processed_at = NOW() WHERE id = $1`, e.ID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET processed_at = NOW() WHERE id = $1`, e.ID); err != nil {
 			return 0, fmt.Errorf("mark processed: %w", err)
 		}
 	}
@@ -102,7 +102,7 @@ func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int,
 
 func (b *bench) unprocessed(ctx context.Context, sc scenario) (int, error) {
 	var n int
-	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.names.table.Quoted()+` WHERE processed_at IS NULL`).Scan(&n)
+	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.table.Quoted()+` WHERE processed_at IS NULL`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count unprocessed rows: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
-// oneShot publishes a batch of events read from the table (verify
+// OneShot publishes a batch of events read from the table (verify
 // --republish, dlq retry) with the relay's own publisher: same subjects,
 // headers, ordering and dead-letter handling.
-type oneShot struct {
+type OneShot struct {
 	pub    *sink.Publisher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -27,17 +27,20 @@ type oneShot struct {
 	dead   map[string]string // events dead-lettered again, with the reason
 }
 
-func newOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, n names, store *checkpoint.Store, log zerolog.Logger) (*oneShot, error) {
-	o := &oneShot{dead: map[string]string{}}
+// NewOneShot starts a publisher to stream for the subjects of cfg; call
+// Finish when every event is offered.
+func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*OneShot, error) {
+	o := &OneShot{dead: map[string]string{}}
+	maxSize, lastSeq := streamLimits(stream)
+	record := recordDeadLetter(store)
 	pub, err := sink.NewPublisher(nc, sink.Config{
-		Subject: n.subject, DeadLetterSubject: n.deadLetter,
-		MaxMessageSize: int(stream.CachedInfo().Config.MaxMsgSize),
-		Stream:         stream, StartSeq: stream.CachedInfo().State.LastSeq,
+		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
+		MaxMessageSize: maxSize, Stream: stream, StartSeq: lastSeq,
 		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
 			o.mu.Lock()
 			o.dead[ev.ID] = reason
 			o.mu.Unlock()
-			return store.RecordDeadLetter(ctx, deadLetterKey(ev), reason, ev.Position.CommitLSN)
+			return record(ctx, ev, reason)
 		},
 	}, log, sink.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
@@ -54,22 +57,17 @@ func newOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, n n
 	return o, nil
 }
 
-// offer queues ev, waiting for room.
-func (o *oneShot) offer(ctx context.Context, ev *decode.Event) error {
-	for {
-		if _, ok := o.pub.Offer(ev); ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-o.pub.Room():
-		}
-	}
+// Publish queues ev, waiting for room.
+func (o *OneShot) Publish(ctx context.Context, ev *decode.Event) error {
+	_, err := o.pub.Publish(ctx, ev)
+	return err
 }
 
-// finish waits until everything offered is stored, then stops.
-func (o *oneShot) finish(ctx context.Context) error {
+// Rejects returns why ev cannot be published as it is, or "".
+func (o *OneShot) Rejects(ev *decode.Event) string { return o.pub.Rejects(ev) }
+
+// Finish waits until everything offered is stored, then stops.
+func (o *OneShot) Finish(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	err := o.pub.Drain(dctx)
@@ -82,8 +80,9 @@ func (o *oneShot) finish(ctx context.Context) error {
 	return nil
 }
 
-// deadLettered returns the reason ev's id was dead-lettered again, if it was.
-func (o *oneShot) deadLettered(id string) (string, bool) {
+// DeadLettered returns the reason the event with this id was dead-lettered
+// again, if it was.
+func (o *OneShot) DeadLettered(id string) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.dead[id]

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -21,25 +21,27 @@ type benchRow struct {
 
 func (r *benchRow) rate() float64 { return float64(r.events) / r.took.Seconds() }
 
-type benchReport struct {
+// report collects the measurements and prints them as tables.
+type report struct {
+	progress  io.Writer
 	rows      []*benchRow
 	latencies []latencyResult
 	polls     []pollResult
 }
 
-func (r *benchReport) add(kind, what string, events int, took time.Duration) *benchRow {
+func (r *report) add(kind, what string, events int, took time.Duration) *benchRow {
 	row := &benchRow{kind: kind, what: what, events: events, took: took}
 	r.rows = append(r.rows, row)
-	progress("  %s: %d events in %s, %s events/s", kind, events, took.Round(time.Millisecond), thousands(row.rate()))
+	writeProgress(r.progress, "  %s: %d events in %s, %s events/s", kind, events, took.Round(time.Millisecond), thousands(row.rate()))
 	return row
 }
 
-func (r *benchReport) addDrain(kind, what string, d drainResult, vsRecv *benchRow) {
+func (r *report) addDrain(kind, what string, d drainResult, vsRecv *benchRow) {
 	row := r.add(kind, what, d.events, d.took)
 	row.drain, row.vsRecv = &d, vsRecv
 }
 
-func (r *benchReport) find(kind string) *benchRow {
+func (r *report) find(kind string) *benchRow {
 	for _, row := range r.rows {
 		if row.kind == kind {
 			return row
@@ -48,7 +50,9 @@ func (r *benchReport) find(kind string) *benchRow {
 	return nil
 }
 
-func (r *benchReport) print(out io.Writer, b *bench) {
+// print writes the tables; checked is how many events the table-vs-stream
+// checks covered.
+func (r *report) print(out io.Writer, checked int) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(out, "\nThroughput (one run, on this machine; Postgres, NATS and the relay share its cores)")
 	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\twalsender µs/event\t")
@@ -134,7 +138,7 @@ func (r *benchReport) print(out io.Writer, b *bench) {
 		}
 		w.Flush()
 	}
-	fmt.Fprintf(out, "\nEvery relay run ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", b.checked)
+	fmt.Fprintf(out, "\nEvery relay run ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", checked)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

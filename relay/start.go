@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // create it (publishing the rows already in the table first), or refuse
 // because events may be missing.
 type starter struct {
-	cfg     relayConfig
+	cfg     Config
 	pool    *pgxpool.Pool
 	repl    *pgconn.Config
 	stream  jetstream.Stream
@@ -34,78 +34,78 @@ type starter struct {
 	log     zerolog.Logger
 }
 
-func (s *starter) start(ctx context.Context) (*pipeline, error) {
-	names := s.cfg.names
+func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	cfg := s.cfg
 	store := s.store
-	slot, err := replication.LookupSlot(ctx, s.pool, names.slot)
+	slot, err := replication.LookupSlot(ctx, s.pool, cfg.Slot)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if slot.Exists && !s.cfg.recreateSlot {
-		if err := replication.CheckSlot(slot, names.slot, s.repl.Database); err != nil {
-			return nil, err
+	if slot.Exists && !s.cfg.Repair {
+		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
+			return nil, 0, err
 		}
 	}
 	rec, err := store.Load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	last, err := sink.LastEvent(ctx, s.stream, names.subject.Filter(), names.deadLetter)
+	last, err := sink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	state := checkpoint.SlotState{
-		Name: names.slot, Exists: slot.Exists, Confirmed: slot.ConfirmedFlush,
+		Name: cfg.Slot, Exists: slot.Exists, Confirmed: slot.ConfirmedFlush,
 		Lost: slot.WALStatus == "lost", Record: rec,
 	}
 	if last != nil {
 		state.StreamCount = last.Seq
 	}
 	action, err := checkpoint.Decide(state)
-	if s.cfg.recreateSlot {
+	if s.cfg.Repair {
 		action, err = checkpoint.Repair, nil
-		s.log.Warn().Str("slot", names.slot).Msg("--recreate-slot: dropping the slot and its record, creating a new one and publishing, from its snapshot, every row the stream lacks")
+		s.log.Warn().Str("slot", cfg.Slot).Msg("repairing: dropping the slot and its record, creating a new one and publishing, from its snapshot, every row the stream lacks")
 		if slot.Exists {
-			if err := replication.DropSlot(ctx, s.pool, names.slot); err != nil {
-				return nil, err
+			if err := replication.DropSlot(ctx, s.pool, cfg.Slot); err != nil {
+				return nil, 0, err
 			}
 		}
 		if err := store.Delete(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	s.log.Info().Str("slot", names.slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
+	s.log.Info().Str("slot", cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
 
 	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
 	switch action {
 	case checkpoint.Resume:
 		pipe.ledger = checkpoint.NewLedger(store, rec.Limit, s.log)
 	case checkpoint.Adopt:
-		s.log.Warn().Str("slot", names.slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
+		s.log.Warn().Str("slot", cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
 		if err := store.Create(ctx, slot.ConfirmedFlush, true); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		pipe.ledger = checkpoint.NewLedger(store, slot.ConfirmedFlush, s.log)
 	case checkpoint.RedoBootstrap, checkpoint.Bootstrap, checkpoint.Repair:
 		if action == checkpoint.RedoBootstrap {
-			s.log.Warn().Str("slot", names.slot).Msg("a previous start did not finish publishing the rows present at the slot's creation: dropping the slot and starting over (rows already published may be published again; the stream's dedup window absorbs repeats)")
+			s.log.Warn().Str("slot", cfg.Slot).Msg("a previous start did not finish publishing the rows present at the slot's creation: dropping the slot and starting over (rows already published may be published again; the stream's dedup window absorbs repeats)")
 			if slot.Exists {
-				if err := replication.DropSlot(ctx, s.pool, names.slot); err != nil {
-					return nil, err
+				if err := replication.DropSlot(ctx, s.pool, cfg.Slot); err != nil {
+					return nil, 0, err
 				}
 			}
 		}
 		point, err := s.bootstrap(ctx, store, pipe, action == checkpoint.Repair)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		pipe.ledger = checkpoint.NewLedger(store, point, s.log)
 	}
 	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
-	return pipe, nil
+	return pipe, action, nil
 }
 
 // checkPublication returns the WAL position before which the outbox table
@@ -115,7 +115,7 @@ func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
 	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&at); err != nil {
 		return 0, fmt.Errorf("read the WAL position: %w", err)
 	}
-	if err := replication.CheckPublication(ctx, s.pool, s.cfg.names.table, s.cfg.names.publication); err != nil {
+	if err := replication.CheckPublication(ctx, s.pool, s.cfg.Table, s.cfg.Publication); err != nil {
 		return 0, err
 	}
 	return at, nil
@@ -127,24 +127,24 @@ func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
 // repair set it publishes instead every row of the snapshot that the
 // stream lacks: the way back after a gap.
 func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *pipeline, repair bool) (pglogrepl.LSN, error) {
-	names := s.cfg.names
-	src, err := newRowSource(ctx, s.pool, names.table)
+	cfg := s.cfg
+	src, err := NewRowSource(ctx, s.pool, cfg.Table)
 	if err != nil {
 		return 0, err
 	}
 	var published int
-	point, err := replication.CreateSlot(ctx, s.repl, s.pool, names.slot, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
+	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
 		if err := store.Create(ctx, point, false); err != nil {
 			return err
 		}
-		offer := func(ev *decode.Event) error { return pipe.offer(ctx, ev) }
+		offer := func(ev *decode.Event) error { return pipe.publish(ctx, ev) }
 		switch {
 		case repair:
 			published, err = s.publishMissing(ctx, tx, src, offer)
-		case src.has("processed_at"):
-			published, err = src.each(ctx, tx, "processed_at IS NULL", nil, offer)
+		case src.Has("processed_at"):
+			published, err = src.Each(ctx, tx, "processed_at IS NULL", nil, offer)
 		default:
-			s.log.Warn().Str("table", names.table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+			s.log.Warn().Str("table", cfg.Table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
 		}
 		return err
 	})
@@ -157,15 +157,15 @@ func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *
 	if err := store.MarkBootstrapped(ctx); err != nil {
 		return 0, err
 	}
-	s.log.Info().Str("slot", names.slot).Str("lsn", point.String()).Int("published", published).Bool("repair", repair).
+	s.log.Info().Str("slot", cfg.Slot).Str("lsn", point.String()).Int("published", published).Bool("repair", repair).
 		Msg("created the replication slot; published the rows the stream needed from the table")
 	return point, nil
 }
 
 // publishMissing publishes the rows db sees that the stream lacks.
-func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *rowSource, offer func(*decode.Event) error) (int, error) {
-	names := s.cfg.names
-	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: names.table, Subjects: []string{names.subject.Filter(), names.deadLetter}, Since: s.cfg.repairSince})
+func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, offer func(*decode.Event) error) (int, error) {
+	cfg := s.cfg
+	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Since: s.cfg.RepairSince})
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +174,7 @@ func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *ro
 	if len(rep.Missing) == 0 {
 		return 0, nil
 	}
-	return src.each(ctx, db, "id::text = ANY($1)", []any{rep.Missing}, offer)
+	return src.Each(ctx, db, "id::text = ANY($1)", []any{rep.Missing}, offer)
 }
 
 // beforeSession runs before each replication session. It checks that the
@@ -182,22 +182,22 @@ func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *ro
 // allowed), then reads which events of the coming replay the stream
 // already holds, so exactly those are skipped.
 func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SlotInfo) error {
-	names := s.cfg.names
+	cfg := s.cfg
 	return func(ctx context.Context, info replication.SlotInfo) error {
 		if err := pipe.ledger.Refresh(ctx); err != nil {
 			return err
 		}
 		if info.ConfirmedFlush > pipe.ledger.Allowed() {
 			return &replication.FatalError{
-				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else",
-					names.slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
-				Hint: reconcileHint,
+				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else, and events in between may be missing from the stream",
+					cfg.Slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
+				Gap: true,
 			}
 		}
 		stored := &checkpoint.Stored{}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		err := sink.ReadTail(rctx, s.stream, []string{names.subject.Filter(), names.deadLetter}, names.subject.Filter(), info.ConfirmedFlush,
+		err := sink.ReadTail(rctx, s.stream, []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, cfg.Subject.Filter(), info.ConfirmedFlush,
 			func(ev sink.StoredEvent) { stored.Add(ev.Position) })
 		if err != nil {
 			return fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", info.ConfirmedFlush, err)
@@ -210,6 +210,3 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		return nil
 	}
 }
-
-// reconcileHint is what to do when events may be missing.
-const reconcileHint = "events in between may be missing from the stream: start the relay once with --recreate-slot, which publishes from a new slot's snapshot every committed row the stream lacks, then streams"

@@ -1,13 +1,11 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -102,35 +100,6 @@ func (c *child) stop() error {
 	}
 }
 
-// startNATSProcess runs `outbox-relay natsd` and waits until it listens.
-func startNATSProcess(dir string) (*child, string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := startChild(self, []string{"natsd", "--port", strconv.Itoa(port), "--store", filepath.Join(dir, "jetstream")}, filepath.Join(dir, "nats.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if conn, err := net.Dial("tcp", addr); err == nil {
-			conn.Close()
-			return c, "nats://" + addr, nil
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, "", fmt.Errorf("nats-server did not listen on %s", addr)
-		}
-	}
-}
-
 // cpuShare is the CPU time each process of the pipeline used during a run.
 type cpuShare struct {
 	relay, nats, walsender, writers         time.Duration
@@ -148,7 +117,7 @@ type meter struct {
 // startMeter starts measuring the relay, nats-server and the walsender
 // serving the scenario's slot.
 func (b *bench) startMeter(ctx context.Context, sc scenario, relayPID int) *meter {
-	m := &meter{b: b, relayPID: relayPID, walsndPID: slotPID(ctx, b.pool, sc.names.slot)}
+	m := &meter{b: b, relayPID: relayPID, walsndPID: slotPID(ctx, b.pool, sc.slot)}
 	m.relay, _ = readProc(relayPID)
 	m.nats, m.natsKnown = b.natsStat()
 	m.walsnd, m.walsndKnown = readPostgresProc(m.walsndPID)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,42 +13,53 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // scenario is one benchmark run's own outbox table, publication, slot
 // and stream, so runs never see each other's events.
 type scenario struct {
-	name  string
-	names names
+	name              string
+	slot, publication string
+	table             decode.Table
+	stream            string
+	subject           sink.Template
+	deadLetter        string
 }
 
 func newScenario(name string) (scenario, error) {
-	n, err := nameFlags{
-		Slot: "bench_" + name, Publication: "bench_" + name, Table: "public.bench_" + name,
-		Stream: "BENCH_" + strings.ToUpper(name), Subject: "bench_" + name + ".{aggregate_type}.{event_type}",
-		DeadLetterSubject: "bench_" + name + "_dead_letter", DuplicateWindow: 2 * time.Minute,
-	}.parse()
-	return scenario{name: name, names: n}, err
+	s := scenario{name: name, slot: "bench_" + name, publication: "bench_" + name,
+		stream: "BENCH_" + strings.ToUpper(name), deadLetter: "bench_" + name + "_dead_letter"}
+	var err error
+	if s.table, err = decode.ParseTable("public.bench_" + name); err != nil {
+		return s, err
+	}
+	if s.subject, err = sink.ParseTemplate("bench_" + name + ".{aggregate_type}.{event_type}"); err != nil {
+		return s, err
+	}
+	if err := replication.CheckName("slot", s.slot); err != nil {
+		return s, err
+	}
+	return s, nil
 }
 
 // relayArgs are the flags that run the relay on this scenario.
 func (s scenario) relayArgs(pgURL, natsURL string, window int) []string {
-	n := s.names
-	return []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", n.slot, "--publication", n.publication,
-		"--table", n.table.String(), "--stream", n.stream, "--subject", n.subject.String(), "--dead-letter-subject", n.deadLetter,
+	return []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", s.slot, "--publication", s.publication,
+		"--table", s.table.String(), "--stream", s.stream, "--subject", s.subject.String(), "--dead-letter-subject", s.deadLetter,
 		"--window", strconv.Itoa(window), "--metrics-addr", "", "--log-format", "json"}
 }
 
 // prepare creates the scenario's table (through the migrations, like a
 // user would) and the procedure that fills it.
 func (s scenario) prepare(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := migrations.Apply(ctx, pool.Config().ConnConfig, migrations.Names{Table: s.names.table, Publication: s.names.publication}); err != nil {
+	if _, err := migrations.Apply(ctx, pool.Config().ConnConfig, migrations.Names{Table: s.table, Publication: s.publication}); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, fillProcedure); err != nil {
 		return err
 	}
-	paced := strings.NewReplacer("{{name}}", s.name, "{{table}}", s.names.table.Quoted()).Replace(pacedProcedure)
+	paced := strings.NewReplacer("{{name}}", s.name, "{{table}}", s.table.Quoted()).Replace(pacedProcedure)
 	_, err := pool.Exec(ctx, paced)
 	return err
 }
@@ -114,8 +125,8 @@ func (s scenario) fill(ctx context.Context, pool *pgxpool.Pool, n, perTxn int) (
 		return 0, err
 	}
 	defer conn.Release()
-	if _, err := conn.Conn().PgConn().Exec(ctx, fmt.Sprintf("CALL outbox_bench_fill('%s', %d, %d)", s.names.table.Quoted(), n, perTxn)).ReadAll(); err != nil {
-		return 0, fmt.Errorf("fill %s: %w", s.names.table, err)
+	if _, err := conn.Conn().PgConn().Exec(ctx, fmt.Sprintf("CALL outbox_bench_fill('%s', %d, %d)", s.table.Quoted(), n, perTxn)).ReadAll(); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", s.table, err)
 	}
 	var lsn pglogrepl.LSN
 	err = pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
@@ -127,8 +138,8 @@ func (s scenario) fill(ctx context.Context, pool *pgxpool.Pool, n, perTxn int) (
 // written), so it does not land inside whichever measurement runs first.
 // It is best effort: a role without the right to checkpoint only gets a
 // note.
-func (s scenario) quiesce(ctx context.Context, pool *pgxpool.Pool) {
-	for _, sql := range []string{"VACUUM (ANALYZE) " + s.names.table.Quoted(), "CHECKPOINT"} {
+func (s scenario) quiesce(ctx context.Context, pool *pgxpool.Pool, progress func(string, ...any)) {
+	for _, sql := range []string{"VACUUM (ANALYZE) " + s.table.Quoted(), "CHECKPOINT"} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			progress("  %s failed (%v): background work may overlap the first measurement", sql, err)
 		}
@@ -138,7 +149,7 @@ func (s scenario) quiesce(ctx context.Context, pool *pgxpool.Pool) {
 // payloadSize returns the average payload size of the scenario's rows.
 func (s scenario) payloadSize(ctx context.Context, pool *pgxpool.Pool) int {
 	var avg float64
-	_ = pool.QueryRow(ctx, `SELECT COALESCE(avg(octet_length(payload::text)), 0) FROM `+s.names.table.Quoted()).Scan(&avg)
+	_ = pool.QueryRow(ctx, `SELECT COALESCE(avg(octet_length(payload::text)), 0) FROM `+s.table.Quoted()).Scan(&avg)
 	return int(avg)
 }
 

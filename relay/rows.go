@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -11,15 +11,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
-// rowSource reads outbox rows with SQL, for the events the WAL cannot
+// RowSource reads outbox rows with SQL, for the events the WAL cannot
 // give: rows present when a slot is created, rows a gap left out of the
 // stream, dead letters to retry. Events read this way have commit LSN 0.
-type rowSource struct {
+type RowSource struct {
 	table decode.Table
 	cols  map[string]string
 }
 
-func newRowSource(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (*rowSource, error) {
+// NewRowSource reads the columns of table.
+func NewRowSource(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (*RowSource, error) {
 	cols, err := replication.Columns(ctx, pool, table)
 	if err != nil {
 		return nil, err
@@ -27,19 +28,20 @@ func newRowSource(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("table %s does not exist", table)
 	}
-	return &rowSource{table: table, cols: cols}, nil
+	return &RowSource{table: table, cols: cols}, nil
 }
 
-func (r *rowSource) has(col string) bool { _, ok := r.cols[col]; return ok }
+// Has reports whether the table has the column.
+func (r *RowSource) Has(col string) bool { _, ok := r.cols[col]; return ok }
 
-// each calls fn with the rows matching where, in the best order Postgres
+// Each calls fn with the rows matching where, in the best order Postgres
 // still knows: commit timestamps when track_commit_timestamp is on, then
 // created_at (the order the seed's polling relay used), then physical
 // order, which keeps a transaction's rows in insertion order. Their WAL
 // order is out of reach: it may predate the slot by years.
-func (r *rowSource) each(ctx context.Context, db verify.Querier, where string, args []any, fn func(*decode.Event) error) (int, error) {
+func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, args []any, fn func(*decode.Event) error) (int, error) {
 	created, order := "NULL", "ctid"
-	if r.has(decode.ColumnCreatedAt) {
+	if r.Has(decode.ColumnCreatedAt) {
 		created, order = "created_at::text", "created_at, ctid"
 	}
 	var commitTS string
@@ -68,7 +70,7 @@ func (r *rowSource) each(ctx context.Context, db verify.Querier, where string, a
 		ev := decode.NewEvent(decode.Fields{
 			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5],
 			PayloadIsBytea: r.cols[decode.ColumnPayload] == "bytea",
-			HasCreatedAt:   r.has(decode.ColumnCreatedAt),
+			HasCreatedAt:   r.Has(decode.ColumnCreatedAt),
 		}, decode.Position{Index: uint32(n)})
 		if err := fn(&ev); err != nil {
 			return n, err

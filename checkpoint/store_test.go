@@ -1,0 +1,88 @@
+package checkpoint_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// TestStoreOnRealPostgres writes and reads the slot record in the tables
+// the migrations create; positions go in and come out as pglogrepl.LSN.
+func TestStoreOnRealPostgres(t *testing.T) {
+	cluster, err := relaytest.StartCluster(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := cluster.URL("postgres")
+	connCfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := decode.Table{Schema: "public", Name: "outbox_events"}
+	if _, err := migrations.Apply(ctx, connCfg, migrations.Names{Table: table, Publication: replication.DefaultPublication}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := checkpoint.NewStore(pool, table.Schema, replication.DefaultSlot)
+
+	load := func() checkpoint.Record {
+		t.Helper()
+		r, err := store.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := load(); r.Exists {
+		t.Fatalf("Load before Create = %+v; want no record", r)
+	}
+	created := pglogrepl.LSN(0x1_0000_2A00) // 1/2A00: both halves matter
+	if err := store.Create(ctx, created, false); err != nil {
+		t.Fatal(err)
+	}
+	if r, want := load(), (checkpoint.Record{Exists: true, CreatedLSN: created, Limit: created}); r != want {
+		t.Fatalf("Load after Create = %+v; want %+v", r, want)
+	}
+	if err := store.MarkBootstrapped(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RaiseLimit(ctx, created+0x100); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RaiseLimit(ctx, created+0x10); err != nil { // never lowers it
+		t.Fatal(err)
+	}
+	if r, want := load(), (checkpoint.Record{Exists: true, CreatedLSN: created, Limit: created + 0x100, Bootstrapped: true}); r != want {
+		t.Fatalf("Load after RaiseLimit = %+v; want %+v", r, want)
+	}
+	if err := store.RecordDeadLetter(ctx, "ev-1", "too big", created+0x20); err != nil {
+		t.Fatal(err)
+	}
+	var deadAt pglogrepl.LSN
+	if err := pool.QueryRow(ctx, `SELECT commit_lsn FROM `+checkpoint.DeadLettersTable+` WHERE event_id = 'ev-1'`).Scan(&deadAt); err != nil || deadAt != created+0x20 {
+		t.Fatalf("dead letter commit_lsn = %s, %v; want %s", deadAt, err, created+0x20)
+	}
+	if err := store.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := load(); r.Exists {
+		t.Fatalf("Load after Delete = %+v; want no record", r)
+	}
+}

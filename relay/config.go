@@ -1,0 +1,92 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Config is everything the relay needs to know. Zero durations and sizes
+// take the defaults of the package that owns them (sink, replication).
+type Config struct {
+	// PGURL is an ordinary Postgres connection string; the replication
+	// connection is derived from it.
+	PGURL string
+
+	Slot              string
+	Publication       string
+	Table             decode.Table
+	Stream            string
+	Subject           sink.Template
+	DeadLetterSubject string
+	// DuplicateWindow is the dedup window of a stream the relay creates.
+	DuplicateWindow time.Duration
+
+	Window         int           // most events awaiting a PubAck
+	WindowBytes    int           // most payload bytes awaiting PubAcks
+	AckTimeout     time.Duration // before an event is republished
+	StatusInterval time.Duration // longest time between status updates
+	DrainTimeout   time.Duration // how long shutdown waits for PubAcks
+
+	// Repair drops the slot, creates a new one and publishes from its
+	// snapshot every committed row the stream lacks, then streams: the way
+	// back after a gap. RepairSince, when set, limits the comparison to
+	// rows created at or after it.
+	Repair      bool
+	RepairSince time.Time
+}
+
+// Validate names the first field that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.PGURL == "":
+		return errors.New("relay: no Postgres connection string")
+	case c.Table.Name == "":
+		return errors.New("relay: no outbox table")
+	case c.Stream == "":
+		return errors.New("relay: no stream")
+	case c.Subject.String() == "":
+		return errors.New("relay: no subject template")
+	case c.DeadLetterSubject == "":
+		return errors.New("relay: no dead-letter subject")
+	}
+	if err := replication.CheckName("slot", c.Slot); err != nil {
+		return fmt.Errorf("relay: slot: %w", err)
+	}
+	if err := replication.CheckName("publication", c.Publication); err != nil {
+		return fmt.Errorf("relay: publication: %w", err)
+	}
+	return nil
+}
+
+func (c Config) streamSpec() sink.StreamSpec {
+	return sink.StreamSpec{
+		Name:              c.Stream,
+		Template:          c.Subject,
+		DeadLetterSubject: c.DeadLetterSubject,
+		DuplicateWindow:   c.DuplicateWindow,
+	}
+}
+
+// sinkConfig is the publisher's configuration for stream.
+func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store) sink.Config {
+	maxSize, lastSeq := streamLimits(stream)
+	return sink.Config{
+		Subject:           c.Subject,
+		DeadLetterSubject: c.DeadLetterSubject,
+		Window:            c.Window,
+		WindowBytes:       c.WindowBytes,
+		AckTimeout:        c.AckTimeout,
+		MaxMessageSize:    maxSize,
+		Stream:            stream,
+		StartSeq:          lastSeq,
+		RecordDeadLetter:  recordDeadLetter(store),
+	}
+}

@@ -1,0 +1,202 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Relay is one relay process: it takes up its slot, then streams until its
+// context ends or a fatal error.
+type Relay struct {
+	cfg      Config
+	nc       *nats.Conn
+	reg      prometheus.Registerer
+	log      zerolog.Logger
+	poolCfg  *pgxpool.Config
+	replCfg  *pgconn.Config
+	wal      atomic.Pointer[replication.Stream] // set once streaming can start
+	notReady atomic.Pointer[error]
+}
+
+// Deps are what the relay is given rather than builds: a NATS connection
+// (the caller owns it and closes it after Run), the registry its metrics go
+// to, and its logger.
+type Deps struct {
+	NATS     *nats.Conn
+	Registry prometheus.Registerer
+	Log      zerolog.Logger
+}
+
+// New checks cfg and returns a relay ready to Run.
+func New(cfg Config, deps Deps) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.NATS == nil {
+		return nil, errors.New("relay: no NATS connection")
+	}
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
+	}
+	poolCfg, replCfg, err := replication.ParseConnString(cfg.PGURL)
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg, replCfg: replCfg}
+	starting := errors.New("starting")
+	r.notReady.Store(&starting)
+	return r, nil
+}
+
+// Ready returns nil while the relay streams from its slot and is connected
+// to NATS, or why not: what /readyz answers.
+func (r *Relay) Ready() error {
+	wal := r.wal.Load()
+	switch {
+	case wal == nil:
+		return *r.notReady.Load()
+	case !wal.Streaming():
+		return errors.New("not streaming from the replication slot")
+	case !r.nc.IsConnected():
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}
+
+// Run runs the relay until ctx ends or a fatal error:
+//
+//	Postgres WAL ─pgoutput─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ sink.Publisher ─PubAck─▶ checkpoint.Tracker
+//	     ▲                                                                                                 │
+//	     └──────────── standby status update: flush LSN, written to checkpoint.Ledger first ◀──────────────┘
+//
+// The stream runs on this goroutine; the publisher's recovery loop, the
+// slot monitor and the confirmation gate run beside it and stop after it.
+// Cancelling ctx drains in-flight publishes, sends the final status update
+// and returns nil.
+func (r *Relay) Run(ctx context.Context) error {
+	cfg, log := r.cfg, r.log
+	log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
+		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String()).Msg("starting outbox relay")
+
+	bg := newGroup(ctx)
+	defer bg.stop()
+	up, err := r.takeUp(ctx, bg)
+	if up != nil {
+		defer up.close()
+	}
+	if err != nil {
+		return err
+	}
+	st, pipe, pool := up.starter, up.pipe, up.pool
+	replMetrics := replication.NewMetrics(r.reg)
+	wal, err := replication.NewStream(replication.Config{
+		Repl:           r.replCfg,
+		Slot:           cfg.Slot,
+		Publication:    cfg.Publication,
+		Table:          cfg.Table,
+		StatusInterval: cfg.StatusInterval,
+		DrainTimeout:   cfg.DrainTimeout,
+		BeforeSession:  st.beforeSession(pipe),
+	}, pool, log.With().Str("component", "replication").Logger(), replMetrics)
+	if err != nil {
+		return err
+	}
+	monitor := replication.NewMonitor(pool, cfg.Slot, 5*time.Second, log.With().Str("component", "monitor").Logger(), replMetrics)
+	bg.goRun("slot monitor", monitor.Run)
+	bg.goRun("confirmation gate", pipe.gate.Run)
+	r.wal.Store(wal)
+
+	err = wal.Run(bg.ctx, pipe)
+	if cause := bg.failure(); cause != nil && err == nil {
+		err = cause
+	}
+	return err
+}
+
+// takenUp is what the start-up protocol leaves for streaming.
+type takenUp struct {
+	pool    *pgxpool.Pool
+	pub     *sink.Publisher
+	starter *starter
+	pipe    *pipeline
+	action  checkpoint.Action
+}
+
+func (t *takenUp) close() {
+	if t.pub != nil {
+		t.pub.Close()
+	}
+	t.pool.Close()
+}
+
+// takeUp connects, checks the setup, provisions the stream, starts the
+// publisher in bg and takes up the slot: resume, create (publishing the
+// rows already in the table) or repair it, or refuse.
+func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
+	cfg, log := r.cfg, r.log
+	pool, err := OpenPool(ctx, r.poolCfg, log)
+	if err != nil {
+		return nil, err
+	}
+	up := &takenUp{pool: pool}
+	if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
+		return up, err
+	}
+	stream, err := EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
+	if err != nil {
+		return up, err
+	}
+	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
+	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
+		return up, err
+	}
+	bg.goRun("publisher", up.pub.Run)
+	skipped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_relay_events_skipped_total",
+		Help: "Replayed events not published again because they were handed over or stored already.",
+	})
+	if err := r.reg.Register(skipped); err != nil {
+		return up, fmt.Errorf("register metrics: %w", err)
+	}
+	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: stream, store: store, pub: up.pub, skipped: skipped, log: log}
+	up.pipe, up.action, err = up.starter.start(ctx)
+	return up, err
+}
+
+// deadLetterKey names a dead-lettered event in Postgres: its id, or its WAL
+// position when it has no usable id.
+func deadLetterKey(ev *decode.Event) string {
+	if decode.CheckID(ev.ID) != "" {
+		return ev.Position.String()
+	}
+	return ev.ID
+}
+
+// recordDeadLetter returns the sink's callback that records a dead letter
+// in Postgres.
+func recordDeadLetter(store *checkpoint.Store) func(context.Context, *decode.Event, string) error {
+	return func(ctx context.Context, ev *decode.Event, reason string) error {
+		return store.RecordDeadLetter(ctx, deadLetterKey(ev), reason, ev.Position.CommitLSN)
+	}
+}
+
+// streamInfo is what the publisher needs of the stream at start.
+func streamLimits(stream jetstream.Stream) (maxMsgSize int, lastSeq uint64) {
+	info := stream.CachedInfo()
+	return int(info.Config.MaxMsgSize), info.State.LastSeq
+}

@@ -1,0 +1,351 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
+)
+
+const (
+	testStream     = "OUTBOX"
+	testDeadLetter = "outbox-dlq"
+	testTemplate   = "outbox.{aggregate_type}.{event_type}"
+)
+
+// testEnv is an in-process JetStream server with the relay's stream, and a
+// client connected the way the relay connects: reconnect forever, no
+// reconnect buffer.
+type testEnv struct {
+	srv    *devenv.NATS
+	dialer *gatedDialer
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
+	t.Helper()
+	srv, err := devenv.StartNATS(devenv.NATSOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	dialer := &gatedDialer{}
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0), nats.SetCustomDialer(dialer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = testStream
+	cfg.Subjects = []string{"outbox.>", testDeadLetter}
+	cfg.Storage = jetstream.FileStorage
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{srv: srv, dialer: dialer, nc: nc, js: js, stream: stream}
+}
+
+// gatedDialer refuses connections while closed, so that a test decides
+// when the client may reconnect, and can cut the connections it made.
+type gatedDialer struct {
+	closed atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func (d *gatedDialer) Dial(network, address string) (net.Conn, error) {
+	if d.closed.Load() {
+		return nil, errors.New("test: connections refused")
+	}
+	c, err := (&net.Dialer{Timeout: 2 * time.Second}).Dial(network, address)
+	if err == nil {
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+// cut closes the connections and refuses new ones.
+func (d *gatedDialer) cut() {
+	d.closed.Store(true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns = nil
+}
+
+// stop cuts the client off, then shuts the server down, keeping its
+// store; the client cannot reconnect until start. The client is cut first
+// because in a graceful shutdown JetStream stops before client connections
+// close: publishes in between get "no responders", and the publisher's
+// stream lookup (reconcile) may get no reply at all and wait out its 30s
+// timeout, longer than a test should take.
+func (e *testEnv) stop() {
+	e.dialer.cut()
+	e.srv.Stop()
+}
+
+// start starts the server again on the same port and store and lets the
+// client reconnect once JetStream answers for the stream.
+func (e *testEnv) start(t *testing.T) {
+	t.Helper()
+	if err := e.srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "JetStream to serve the stream after the restart", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := js.Stream(ctx, testStream)
+		return err == nil
+	})
+	e.dialer.closed.Store(false)
+}
+
+// publisher returns a Publisher on the environment's connection, with
+// cfg's fields filled where they are left zero.
+func (e *testEnv) publisher(t *testing.T, cfg Config) *Publisher {
+	t.Helper()
+	tmpl, err := ParseTemplate(testTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Subject = tmpl
+	if cfg.DeadLetterSubject == "" {
+		cfg.DeadLetterSubject = testDeadLetter
+	}
+	p, err := NewPublisher(e.nc, cfg, zerolog.Nop(), NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// run drives p.Run until the test ends.
+func run(t *testing.T, p *Publisher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// event returns the i-th test event: one aggregate, commit positions in
+// the order of i.
+func event(i int, payload []byte) *decode.Event {
+	if payload == nil {
+		payload = fmt.Appendf(nil, `{"n":%d}`, i)
+	}
+	return &decode.Event{
+		ID:            fmt.Sprintf("ev-%05d", i),
+		AggregateType: "order",
+		AggregateID:   "agg-1",
+		EventType:     "created",
+		Payload:       payload,
+		CreatedAt:     "2024-05-01T10:00:00Z",
+		Position:      decode.Position{CommitLSN: pglogrepl.LSN(0x1000 + 0x100*i), Index: 0},
+	}
+}
+
+// storedMsg is one message of the stream, in stream order.
+type storedMsg struct {
+	seq     uint64
+	subject string
+	id      string
+	header  nats.Header
+}
+
+// contents reads every message the stream holds.
+func (e *testEnv) contents(t *testing.T) []storedMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var msgs []storedMsg
+	err := ForEach(ctx, e.stream, nil, Read{HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+		msgs = append(msgs, storedMsg{seq: m.Sequence, subject: m.Subject, id: m.Header.Get(HeaderMsgID), header: m.Header})
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// ids returns the Nats-Msg-Ids of msgs.
+func ids(msgs []storedMsg) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.id
+	}
+	return out
+}
+
+// wantIDs returns the ids of events from..to.
+func wantIDs(from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, event(i, nil).ID)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func drain(t *testing.T, p *Publisher, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replyGate sits between the server's PubAcks and the Publisher: while
+// held, replies are kept back instead of reaching onReply, so a test
+// decides when (and whether) each one arrives; while dropping, they are
+// lost.
+type replyGate struct {
+	p    *Publisher
+	mu   sync.Mutex
+	held []*nats.Msg
+	mode gateMode
+}
+
+type gateMode int
+
+const (
+	gatePass gateMode = iota
+	gateHold
+	gateDrop
+)
+
+// gateReplies replaces p's PubAck subscription with a gate in mode.
+func gateReplies(t *testing.T, p *Publisher, mode gateMode) *replyGate {
+	t.Helper()
+	g := &replyGate{p: p, mode: mode}
+	if err := p.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := p.nc.Subscribe(p.inbox+"*.*", g.onReply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	p.sub = sub
+	// The subscription must be known to the server before any publish.
+	if err := p.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func (g *replyGate) onReply(m *nats.Msg) {
+	g.mu.Lock()
+	switch g.mode {
+	case gateHold:
+		g.held = append(g.held, m)
+		g.mu.Unlock()
+		return
+	case gateDrop:
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	g.p.onReply(m)
+}
+
+// set switches the gate's mode; held replies stay held.
+func (g *replyGate) set(mode gateMode) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mode = mode
+}
+
+// heldCount returns how many replies are held back.
+func (g *replyGate) heldCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.held)
+}
+
+// take removes and returns the held replies.
+func (g *replyGate) take() []*nats.Msg {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := g.held
+	g.held = nil
+	return held
+}
+
+// open delivers the held replies in order and lets later ones through.
+func (g *replyGate) open() {
+	g.mu.Lock()
+	held := g.held
+	g.held, g.mode = nil, gatePass
+	g.mu.Unlock()
+	for _, m := range held {
+		g.p.onReply(m)
+	}
+}
+
+// lastSeq returns the stream's last sequence.
+func (e *testEnv) lastSeq(t *testing.T) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := e.stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
