@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -175,38 +174,4 @@ func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *Ro
 		return 0, nil
 	}
 	return src.Each(ctx, db, "id::text = ANY($1)", []any{rep.Missing}, offer)
-}
-
-// beforeSession runs before each replication session. It checks that the
-// slot is still the one the relay confirms (never beyond what the ledger
-// allowed), then reads which events of the coming replay the stream
-// already holds, so exactly those are skipped.
-func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SlotInfo) error {
-	cfg := s.cfg
-	return func(ctx context.Context, info replication.SlotInfo) error {
-		if err := pipe.ledger.Refresh(ctx); err != nil {
-			return err
-		}
-		if info.ConfirmedFlush > pipe.ledger.Allowed() {
-			return &replication.FatalError{
-				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else, and events in between may be missing from the stream",
-					cfg.Slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
-				Gap: true,
-			}
-		}
-		stored := &checkpoint.Stored{}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
-		err := sink.ReadTail(rctx, s.stream, []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, cfg.Subject.Filter(), info.ConfirmedFlush,
-			func(ev sink.StoredEvent) { stored.Add(ev.Position) })
-		if err != nil {
-			return fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", info.ConfirmedFlush, err)
-		}
-		pipe.stored = stored
-		if stored.Len() > 0 {
-			s.log.Info().Int("events", stored.Len()).Str("lsn", info.ConfirmedFlush.String()).
-				Msg("the stream already holds events the slot will replay: skipping exactly those")
-		}
-		return nil
-	}
 }
