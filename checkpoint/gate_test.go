@@ -30,7 +30,7 @@ func TestGate(t *testing.T) {
 		}
 		return pglogrepl.LSN(at.Load()), nil
 	}
-	ledger := NewLedger(nil, 1<<40, zerolog.Nop()) // a limit far ahead: no record writes
+	ledger := NewLedger(nil, 0, 1<<40, zerolog.Nop()) // a limit far ahead: no record writes
 	g := NewGate(ledger, check, zerolog.Nop())
 	g.every = 5 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // Slack is how far past its recorded limit the relay confirms without
@@ -31,6 +33,7 @@ const Slack = 64 << 10
 type Ledger struct {
 	mu        sync.Mutex
 	store     *Store
+	created   pglogrepl.LSN // the slot's creation point in the record
 	limit     pglogrepl.LSN
 	minGap    time.Duration
 	lastWrite time.Time
@@ -38,9 +41,10 @@ type Ledger struct {
 	logs      *retry.LogLimiter
 }
 
-// NewLedger returns a Ledger whose record currently allows limit.
-func NewLedger(store *Store, limit pglogrepl.LSN, log zerolog.Logger) *Ledger {
-	return &Ledger{store: store, limit: limit, minGap: 200 * time.Millisecond, log: log, logs: retry.NewLogLimiter()}
+// NewLedger returns a Ledger over the record of the slot created at
+// created, which currently allows limit.
+func NewLedger(store *Store, created, limit pglogrepl.LSN, log zerolog.Logger) *Ledger {
+	return &Ledger{store: store, created: created, limit: limit, minGap: 200 * time.Millisecond, log: log, logs: retry.NewLogLimiter()}
 }
 
 // Confirmable returns the newest position up to flushed that the record
@@ -68,7 +72,10 @@ func (l *Ledger) Confirmable(ctx context.Context, flushed pglogrepl.LSN, final b
 }
 
 // Refresh reloads the limit from the record: another relay on the same
-// slot (this one was its standby) raised it while it was active.
+// slot (this one was its standby) raised it while it was active. It fails
+// with ErrRecordChanged when the record is no longer that of a finished
+// take-up of the slot this relay took up: a slot whose take-up is
+// unfinished is never streamed.
 func (l *Ledger) Refresh(ctx context.Context) error {
 	rec, err := l.store.Load(ctx)
 	if err != nil {
@@ -76,6 +83,13 @@ func (l *Ledger) Refresh(ctx context.Context) error {
 	}
 	if !rec.Exists {
 		return errors.New("the relay's record of its slot disappeared")
+	}
+	if !rec.Bootstrapped || rec.CreatedLSN != l.created {
+		return &replication.FatalError{
+			Err: fmt.Errorf("%w: it now records a slot created at %s (take-up finished: %v), not the one this relay took up at %s",
+				ErrRecordChanged, rec.CreatedLSN, rec.Bootstrapped, l.created),
+			Hint: "restart the relay: it takes up the slot again as the record says",
+		}
 	}
 	l.mu.Lock()
 	l.limit = max(l.limit, rec.Limit)

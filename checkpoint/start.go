@@ -23,14 +23,17 @@ const (
 	// Adopt streams from a slot the relay did not create, records it, and
 	// warns that rows older than the slot are not published.
 	Adopt
-	// Repair (asked for by the operator, never decided) creates a new slot
-	// and publishes from its snapshot every row the stream lacks: the way
-	// back from a gap (replication.ErrGap).
+	// Repair (asked for by the operator) creates a new slot and publishes
+	// from its snapshot every row the stream lacks: the way back from a gap
+	// (replication.ErrGap).
 	Repair
+	// RedoRepair starts over a repair that did not finish, with the same
+	// bounds, whatever became of its slot.
+	RedoRepair
 )
 
 func (a Action) String() string {
-	return [...]string{"resume", "bootstrap", "redo-bootstrap", "adopt", "repair"}[a]
+	return [...]string{"resume", "bootstrap", "redo-bootstrap", "adopt", "repair", "redo-repair"}[a]
 }
 
 // SlotState is what the relay knows about its slot at start.
@@ -74,6 +77,9 @@ func gapf(format string, args ...any) *GapError {
 // the stream still lacks.
 func Decide(s SlotState) (Action, error) {
 	r := s.Record
+	if r.Exists && !r.Bootstrapped {
+		return redo(s)
+	}
 	switch {
 	case s.Exists && s.Lost:
 		return 0, gapf("replication slot %q was invalidated (wal_status lost): Postgres removed WAL it still needed, so events committed after %s may never reach the stream", s.Name, s.Confirmed)
@@ -82,8 +88,6 @@ func Decide(s SlotState) (Action, error) {
 			return 0, gapf("the stream holds %d messages from an outbox relay, but there is no replication slot %q and no record of one: starting a new slot now would skip whatever was committed in between", s.StreamCount, s.Name)
 		}
 		return Bootstrap, nil
-	case !s.Exists && r.Exists && !r.Bootstrapped:
-		return RedoBootstrap, nil
 	case !s.Exists:
 		return 0, gapf("replication slot %q was dropped after the relay streamed from it (it had confirmed up to %s): WAL written since was never decoded", s.Name, r.Limit)
 	case !r.Exists:
@@ -91,13 +95,24 @@ func Decide(s SlotState) (Action, error) {
 			return 0, gapf("replication slot %q exists but the relay has no record of it, and the stream already holds %d messages: the slot may have been recreated after events were published", s.Name, s.StreamCount)
 		}
 		return Adopt, nil
-	case !r.Bootstrapped:
-		if s.Confirmed == r.CreatedLSN {
-			return RedoBootstrap, nil
-		}
-		return 0, gapf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN)
 	case s.Confirmed > r.Limit+Slack:
 		return 0, gapf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit)
 	}
 	return Resume, nil
+}
+
+// redo decides for a take-up that did not finish. Nothing ever streams
+// from such a slot, so it is dropped and the take-up done again the same
+// way: a repair always (it compares the table with the stream), the
+// initial publish unless the slot moved since its creation, which only
+// someone else can have done.
+func redo(s SlotState) (Action, error) {
+	r := s.Record
+	switch {
+	case r.Kind == KindRepair:
+		return RedoRepair, nil
+	case !s.Exists || r.CreatedLSN == 0 || s.Confirmed == r.CreatedLSN:
+		return RedoBootstrap, nil
+	}
+	return 0, gapf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN)
 }

@@ -10,7 +10,10 @@ import (
 
 func TestDecide(t *testing.T) {
 	rec := func(created, limit uint64, boot bool) Record {
-		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(limit), Bootstrapped: boot}
+		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(limit), Bootstrapped: boot, Kind: KindInitial}
+	}
+	repair := func(created uint64) Record {
+		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(created), Kind: KindRepair}
 	}
 	cases := []struct {
 		name  string
@@ -31,6 +34,12 @@ func TestDecide(t *testing.T) {
 		{"slot made by an operator, empty stream", SlotState{Exists: true, Confirmed: lsn(0x100)}, Adopt, ""},
 		{"unknown slot, stream has events", SlotState{Exists: true, Confirmed: lsn(0x100), StreamCount: 3}, 0, "no record of it"},
 		{"invalidated slot", SlotState{Exists: true, Lost: true, Record: rec(0x100, 0x300, true)}, 0, "invalidated"},
+		{"crash before the slot's creation was recorded", SlotState{Exists: true, Confirmed: lsn(0x180), Record: rec(0, 0, false)}, RedoBootstrap, ""},
+		{"invalidated during bootstrap", SlotState{Exists: true, Lost: true, Confirmed: lsn(0x100), Record: rec(0x100, 0x100, false)}, RedoBootstrap, ""},
+		{"crash during a repair", SlotState{Exists: true, Confirmed: lsn(0x100), Record: repair(0x100)}, RedoRepair, ""},
+		{"crash during a repair, slot moved", SlotState{Exists: true, Confirmed: lsn(0x900), Record: repair(0x100)}, RedoRepair, ""},
+		{"crash during a repair, slot dropped", SlotState{StreamCount: 9, Record: repair(0)}, RedoRepair, ""},
+		{"crash during a repair, slot lost", SlotState{Exists: true, Lost: true, Record: repair(0x100)}, RedoRepair, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

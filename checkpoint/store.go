@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // RecordsTable is the table, in the outbox table's schema, where the relay
@@ -16,22 +17,53 @@ const RecordsTable = "outbox_relay_slots"
 
 // Record is the relay's own record of its slot. Postgres' slot alone cannot
 // tell whether it is the slot the relay created or one made since under
-// the same name; the record can.
+// the same name; the record can. It is written before the slot is created,
+// so that a take-up interrupted at any instant is redone the same way.
 type Record struct {
 	Exists bool
-	// CreatedLSN is the slot's consistent point when the relay created it.
+	// CreatedLSN is the slot's consistent point when the relay created it;
+	// zero while the slot's creation is not recorded yet.
 	CreatedLSN pglogrepl.LSN
 	// Limit is a position the relay has never confirmed past. A slot whose
 	// confirmed_flush_lsn is beyond it was moved by someone else.
 	Limit pglogrepl.LSN
-	// Bootstrapped is true once the rows present at the slot's creation
-	// have been published.
+	// Bootstrapped is true once what the slot's snapshot had to give (the
+	// rows present at its creation, or a repair) has been published.
 	Bootstrapped bool
+	// Kind is what the take-up publishes from the slot's snapshot.
+	Kind Kind
+	// RepairSince bounds a repair to rows created at or after it (zero: all).
+	RepairSince time.Time
+	// Publication is the identity of the publication the slot decodes
+	// through, as of the slot's creation ("" when not recorded yet).
+	Publication string
+}
+
+// Kind is what a take-up publishes from its new slot's snapshot.
+type Kind string
+
+const (
+	// KindInitial publishes the rows present at the slot's creation that
+	// are not processed yet (for example left by a polling relay).
+	KindInitial Kind = "initial"
+	// KindRepair publishes every committed row the stream lacks.
+	KindRepair Kind = "repair"
+)
+
+// ErrRecordChanged means the record is no longer the one this relay wrote:
+// another instance took up the slot meanwhile.
+var ErrRecordChanged = errors.New("the relay's record of its slot was changed by another instance")
+
+// DB is what a Store needs of a connection: a pool, or the single
+// connection that holds the take-up lock.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Store reads and writes the relay's record of one slot.
 type Store struct {
-	pool        *pgxpool.Pool
+	db          DB
 	table       string
 	deadLetters string
 	slot        string
@@ -42,16 +74,23 @@ type Store struct {
 const DeadLettersTable = "outbox_relay_dead_letters"
 
 // NewStore returns the Store for slot, with its tables in schema.
-func NewStore(pool *pgxpool.Pool, schema, slot string) *Store {
-	return &Store{pool: pool, slot: slot,
+func NewStore(db DB, schema, slot string) *Store {
+	return &Store{db: db, slot: slot,
 		table:       pgx.Identifier{schema, RecordsTable}.Sanitize(),
 		deadLetters: pgx.Identifier{schema, DeadLettersTable}.Sanitize()}
+}
+
+// On returns the same store over db.
+func (s *Store) On(db DB) *Store {
+	c := *s
+	c.db = db
+	return &c
 }
 
 // RecordDeadLetter lists an event the relay sent to the dead-letter
 // subject, with the reason; the dead-letter view shows its row.
 func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, commitLSN pglogrepl.LSN) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.deadLetters+` (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.deadLetters+` (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
 		ON CONFLICT (event_id) DO UPDATE SET reason = EXCLUDED.reason, commit_lsn = EXCLUDED.commit_lsn,
 			dead_lettered_at = now(), retried_at = NULL`, eventID, reason, commitLSN)
 	if err != nil {
@@ -63,53 +102,108 @@ func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, co
 // Load reads the record; Record.Exists is false when there is none.
 func (s *Store) Load(ctx context.Context) (Record, error) {
 	var r Record
-	err := s.pool.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL FROM `+s.table+` WHERE slot_name = $1`, s.slot).
-		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped)
+	var since *time.Time
+	var pub *string
+	err := s.db.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL, bootstrap_kind, repair_since, publication
+		FROM `+s.table+` WHERE slot_name = $1`, s.slot).
+		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing): %w", s.slot, s.table, err)
+		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing or older than the relay): %w", s.slot, s.table, err)
 	}
 	r.Exists = true
+	if since != nil {
+		r.RepairSince = *since
+	}
+	if pub != nil {
+		r.Publication = *pub
+	}
 	return r, nil
 }
 
-// Create writes a fresh record for a slot created at lsn, replacing any.
-func (s *Store) Create(ctx context.Context, lsn pglogrepl.LSN, bootstrapped bool) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at)
-		VALUES ($1, $2::pg_lsn, $2::pg_lsn, CASE WHEN $3 THEN now() END)
+// Begin records, before a slot is created, that a take-up of this kind
+// starts: a record that says so survives a crash at any later instant.
+// It replaces any record of the slot.
+func (s *Store) Begin(ctx context.Context, kind Kind, repairSince time.Time) error {
+	var since *time.Time
+	if !repairSince.IsZero() {
+		since = &repairSince
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication)
+		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL)
+		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = '0/0', confirm_limit = '0/0', bootstrapped_at = NULL,
+			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, updated_at = now()`,
+		s.slot, string(kind), since)
+	if err != nil {
+		return fmt.Errorf("record the start of slot %q's take-up in %s: %w", s.slot, s.table, err)
+	}
+	return nil
+}
+
+// Created records the new slot's consistent point and the identity of its
+// publication, for the take-up Begin started.
+func (s *Store) Created(ctx context.Context, point pglogrepl.LSN, publication string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET created_lsn = $2, confirm_limit = $2, publication = $3, updated_at = now()
+		WHERE slot_name = $1 AND bootstrapped_at IS NULL AND created_lsn = '0/0'`, s.slot, point, publication)
+	if err != nil {
+		return fmt.Errorf("record slot %q's creation at %s: %w", s.slot, point, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record slot %q's creation at %s: %w", s.slot, point, ErrRecordChanged)
+	}
+	return nil
+}
+
+// Adopt records a slot the relay did not create, at lsn, as taken up.
+func (s *Store) Adopt(ctx context.Context, lsn pglogrepl.LSN, publication string) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, publication)
+		VALUES ($1, $2, $2, now(), 'initial', $3)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = EXCLUDED.created_lsn, confirm_limit = EXCLUDED.confirm_limit,
-			bootstrapped_at = EXCLUDED.bootstrapped_at, updated_at = now()`, s.slot, lsn, bootstrapped)
+			bootstrapped_at = EXCLUDED.bootstrapped_at, bootstrap_kind = 'initial', repair_since = NULL,
+			publication = EXCLUDED.publication, updated_at = now()`, s.slot, lsn, publication)
 	if err != nil {
 		return fmt.Errorf("record slot %q in %s: %w", s.slot, s.table, err)
 	}
 	return nil
 }
 
-// MarkBootstrapped records that the initial rows are published.
-func (s *Store) MarkBootstrapped(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET bootstrapped_at = now(), updated_at = now() WHERE slot_name = $1`, s.slot)
+// MarkBootstrapped records that the take-up of the slot created at created
+// is complete. It fails with ErrRecordChanged when the record is no
+// longer that slot's: another instance started over meanwhile.
+func (s *Store) MarkBootstrapped(ctx context.Context, created pglogrepl.LSN) error {
+	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET bootstrapped_at = now(), updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2 AND bootstrapped_at IS NULL`, s.slot, created)
 	if err != nil {
-		return fmt.Errorf("record the end of slot %q's initial publish: %w", s.slot, err)
+		return fmt.Errorf("record the end of slot %q's take-up: %w", s.slot, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record the end of slot %q's take-up: %w", s.slot, ErrRecordChanged)
+	}
+	return nil
+}
+
+// SetPublication records the publication's identity where a record made
+// by an older relay lacks it.
+func (s *Store) SetPublication(ctx context.Context, created pglogrepl.LSN, publication string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET publication = $3, updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2 AND publication IS NULL`, s.slot, created, publication)
+	if err != nil {
+		return fmt.Errorf("record the publication of slot %q: %w", s.slot, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record the publication of slot %q: %w", s.slot, ErrRecordChanged)
 	}
 	return nil
 }
 
 // RaiseLimit records that the relay may confirm up to lsn.
 func (s *Store) RaiseLimit(ctx context.Context, lsn pglogrepl.LSN) error {
-	_, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET confirm_limit = $2::pg_lsn, updated_at = now()
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET confirm_limit = $2::pg_lsn, updated_at = now()
 		WHERE slot_name = $1 AND confirm_limit < $2::pg_lsn`, s.slot, lsn)
 	if err != nil {
 		return fmt.Errorf("record confirm limit %s for slot %q: %w", lsn, s.slot, err)
-	}
-	return nil
-}
-
-// Delete removes the record.
-func (s *Store) Delete(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE slot_name = $1`, s.slot); err != nil {
-		return fmt.Errorf("delete the record of slot %q: %w", s.slot, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -54,13 +55,23 @@ func TestStoreOnRealPostgres(t *testing.T) {
 		t.Fatalf("Load before Create = %+v; want no record", r)
 	}
 	created := pglogrepl.LSN(0x1_0000_2A00) // 1/2A00: both halves matter
-	if err := store.Create(ctx, created, false); err != nil {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := store.Begin(ctx, checkpoint.KindRepair, since); err != nil {
 		t.Fatal(err)
 	}
-	if r, want := load(), (checkpoint.Record{Exists: true, CreatedLSN: created, Limit: created}); r != want {
-		t.Fatalf("Load after Create = %+v; want %+v", r, want)
+	if r := load(); !r.Exists || r.Bootstrapped || r.CreatedLSN != 0 || r.Kind != checkpoint.KindRepair || !r.RepairSince.Equal(since) {
+		t.Fatalf("Load after Begin = %+v; want an unfinished repair since %s, creation not recorded", r, since)
 	}
-	if err := store.MarkBootstrapped(ctx); err != nil {
+	if err := store.Created(ctx, created, "pub-identity"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Created(ctx, created+1, "pub-identity"); !errors.Is(err, checkpoint.ErrRecordChanged) {
+		t.Fatalf("a second Created = %v; want ErrRecordChanged", err)
+	}
+	if err := store.MarkBootstrapped(ctx, created+1); !errors.Is(err, checkpoint.ErrRecordChanged) {
+		t.Fatalf("MarkBootstrapped of another creation point = %v; want ErrRecordChanged", err)
+	}
+	if err := store.MarkBootstrapped(ctx, created); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RaiseLimit(ctx, created+0x100); err != nil {
@@ -69,7 +80,9 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if err := store.RaiseLimit(ctx, created+0x10); err != nil { // never lowers it
 		t.Fatal(err)
 	}
-	if r, want := load(), (checkpoint.Record{Exists: true, CreatedLSN: created, Limit: created + 0x100, Bootstrapped: true}); r != want {
+	want := checkpoint.Record{Exists: true, CreatedLSN: created, Limit: created + 0x100, Bootstrapped: true,
+		Kind: checkpoint.KindRepair, Publication: "pub-identity"}
+	if r := load(); r.CreatedLSN != want.CreatedLSN || r.Limit != want.Limit || !r.Bootstrapped || r.Kind != want.Kind || r.Publication != want.Publication {
 		t.Fatalf("Load after RaiseLimit = %+v; want %+v", r, want)
 	}
 	if err := store.RecordDeadLetter(ctx, "ev-1", "too big", created+0x20); err != nil {
@@ -79,10 +92,10 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT commit_lsn FROM `+checkpoint.DeadLettersTable+` WHERE event_id = 'ev-1'`).Scan(&deadAt); err != nil || deadAt != created+0x20 {
 		t.Fatalf("dead letter commit_lsn = %s, %v; want %s", deadAt, err, created+0x20)
 	}
-	if err := store.Delete(ctx); err != nil {
+	if err := store.Begin(ctx, checkpoint.KindInitial, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if r := load(); r.Exists {
-		t.Fatalf("Load after Delete = %+v; want no record", r)
+	if r := load(); r.Bootstrapped || r.Kind != checkpoint.KindInitial || !r.RepairSince.IsZero() || r.Publication != "" {
+		t.Fatalf("Load after a new Begin = %+v; want a fresh unfinished initial take-up", r)
 	}
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -20,8 +21,15 @@ import (
 )
 
 // starter decides, at start, how the relay takes up its slot: resume it,
-// create it (publishing the rows already in the table first), or refuse
-// because events may be missing.
+// create it (publishing the rows already in the table first), repair it,
+// or refuse because events may be missing.
+//
+// Everything up to the point where streaming can start is one protocol,
+// exclusive among instances (the take-up lock) and written ahead in the
+// relay's record (its kind, then the slot's creation point, then its end),
+// so that a take-up killed at any instant is redone the same way by the
+// next instance to start, and a slot whose take-up is unfinished is never
+// streamed.
 type starter struct {
 	cfg     Config
 	pool    *pgxpool.Pool
@@ -31,27 +39,74 @@ type starter struct {
 	pub     *sink.Publisher
 	skipped prometheus.Counter
 	log     zerolog.Logger
+	// publication is the identity of the publication recorded with the
+	// slot; the confirmation gate compares it with the live one.
+	publication string
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
-	cfg := s.cfg
-	store := s.store
-	slot, err := replication.LookupSlot(ctx, s.pool, cfg.Slot)
+	lock, err := lockTakeUp(ctx, s.pool, s.cfg.Slot, s.log)
 	if err != nil {
 		return nil, 0, err
 	}
-	if slot.Exists && !s.cfg.Repair {
-		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
+	defer lock.release()
+	// The record is read and written on the lock's connection: a write that
+	// succeeds is one made while this instance held the lock.
+	locked := s.store.On(lock.conn)
+	slot, rec, action, err := s.decide(ctx, locked)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.log.Info().Str("slot", s.cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
+
+	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
+	var created, limit pglogrepl.LSN
+	switch action {
+	case checkpoint.Resume:
+		created, limit = rec.CreatedLSN, rec.Limit
+		if err := s.samePublication(ctx, locked, rec); err != nil {
 			return nil, 0, err
 		}
+	case checkpoint.Adopt:
+		s.log.Warn().Str("slot", s.cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
+		if s.publication, err = s.publicationIdentity(ctx); err != nil {
+			return nil, 0, err
+		}
+		if err := locked.Adopt(ctx, slot.ConfirmedFlush, s.publication); err != nil {
+			return nil, 0, err
+		}
+		created, limit = slot.ConfirmedFlush, slot.ConfirmedFlush
+	default:
+		t := s.takeUpKind(action, rec)
+		if created, err = s.createAndPublish(ctx, lock, locked, slot, pipe, t); err != nil {
+			return nil, 0, err
+		}
+		limit = created
 	}
-	rec, err := store.Load(ctx)
+	pipe.ledger = checkpoint.NewLedger(s.store, created, limit, s.log)
+	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
+	return pipe, action, nil
+}
+
+// decide reads the slot, the record and the stream, and chooses.
+func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replication.SlotInfo, checkpoint.Record, checkpoint.Action, error) {
+	cfg := s.cfg
+	slot, err := replication.LookupSlot(ctx, s.pool, cfg.Slot)
 	if err != nil {
-		return nil, 0, err
+		return slot, checkpoint.Record{}, 0, err
+	}
+	if slot.Exists && !cfg.Repair {
+		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
+			return slot, checkpoint.Record{}, 0, err
+		}
+	}
+	rec, err := locked.Load(ctx)
+	if err != nil {
+		return slot, rec, 0, err
 	}
 	last, err := sink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
 	if err != nil {
-		return nil, 0, err
+		return slot, rec, 0, err
 	}
 	state := checkpoint.SlotState{
 		Name: cfg.Slot, Exists: slot.Exists, Confirmed: slot.ConfirmedFlush,
@@ -60,118 +115,174 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	if last != nil {
 		state.StreamCount = last.Seq
 	}
+	if cfg.Repair {
+		return slot, rec, checkpoint.Repair, nil
+	}
 	action, err := checkpoint.Decide(state)
-	if s.cfg.Repair {
-		action, err = checkpoint.Repair, nil
-		s.log.Warn().Str("slot", cfg.Slot).Msg("repairing: dropping the slot and its record, creating a new one and publishing, from its snapshot, every row the stream lacks")
-		if slot.Exists {
-			if err := replication.DropSlot(ctx, s.pool, cfg.Slot); err != nil {
-				return nil, 0, err
-			}
-		}
-		if err := store.Delete(ctx); err != nil {
-			return nil, 0, err
-		}
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	s.log.Info().Str("slot", cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
+	return slot, rec, action, err
+}
 
-	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
+// takeUp is what a new slot's snapshot is used for.
+type takeUp struct {
+	kind  checkpoint.Kind
+	since time.Time // a repair's lower bound on created_at
+	// redo is set when a previous take-up of the same kind did not finish:
+	// some rows may be in the stream already.
+	redo bool
+}
+
+func (s *starter) takeUpKind(action checkpoint.Action, rec checkpoint.Record) takeUp {
 	switch action {
-	case checkpoint.Resume:
-		pipe.ledger = checkpoint.NewLedger(store, rec.Limit, s.log)
-	case checkpoint.Adopt:
-		s.log.Warn().Str("slot", cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
-		if err := store.Create(ctx, slot.ConfirmedFlush, true); err != nil {
-			return nil, 0, err
-		}
-		pipe.ledger = checkpoint.NewLedger(store, slot.ConfirmedFlush, s.log)
-	case checkpoint.RedoBootstrap, checkpoint.Bootstrap, checkpoint.Repair:
-		if action == checkpoint.RedoBootstrap {
-			s.log.Warn().Str("slot", cfg.Slot).Msg("a previous start did not finish publishing the rows present at the slot's creation: dropping the slot and starting over (rows already published may be published again; the stream's dedup window absorbs repeats)")
-			if slot.Exists {
-				if err := replication.DropSlot(ctx, s.pool, cfg.Slot); err != nil {
-					return nil, 0, err
-				}
-			}
-		}
-		point, err := s.bootstrap(ctx, store, pipe, action == checkpoint.Repair)
-		if err != nil {
-			return nil, 0, err
-		}
-		pipe.ledger = checkpoint.NewLedger(store, point, s.log)
+	case checkpoint.Repair:
+		s.log.Warn().Str("slot", s.cfg.Slot).Msg("repairing: dropping the slot, creating a new one and publishing, from its snapshot, every row the stream lacks")
+		return takeUp{kind: checkpoint.KindRepair, since: s.cfg.RepairSince}
+	case checkpoint.RedoRepair:
+		s.log.Warn().Str("slot", s.cfg.Slot).Time("repair_since", rec.RepairSince).Msg("a previous repair did not finish: repairing again, with the same bounds")
+		return takeUp{kind: checkpoint.KindRepair, since: rec.RepairSince, redo: true}
+	case checkpoint.RedoBootstrap:
+		s.log.Warn().Str("slot", s.cfg.Slot).Msg("a previous start did not finish publishing the rows present at the slot's creation: dropping the slot and starting over, publishing only what the stream lacks")
+		return takeUp{kind: checkpoint.KindInitial, redo: true}
 	}
-	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
-	return pipe, action, nil
+	return takeUp{kind: checkpoint.KindInitial}
+}
+
+// createAndPublish records the take-up, replaces the slot, publishes from
+// the new slot's snapshot what t asks for, and records the end: each step
+// written down before the next, on the lock's connection.
+func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked *checkpoint.Store, slot replication.SlotInfo, pipe *pipeline, t takeUp) (pglogrepl.LSN, error) {
+	if err := locked.Begin(ctx, t.kind, t.since); err != nil {
+		return 0, err
+	}
+	if slot.Exists {
+		if err := replication.DropSlot(ctx, s.pool, s.cfg.Slot); err != nil {
+			return 0, err
+		}
+	}
+	point, published, err := s.bootstrap(ctx, locked, pipe, t)
+	if err != nil {
+		return 0, err
+	}
+	if err := lock.held(ctx); err != nil {
+		return 0, err
+	}
+	if err := locked.MarkBootstrapped(ctx, point); err != nil {
+		return 0, err
+	}
+	s.log.Info().Str("slot", s.cfg.Slot).Str("lsn", point.String()).Int("published", published).Str("kind", string(t.kind)).Bool("redo", t.redo).
+		Msg("created the replication slot; published the rows the stream needed from the table")
+	return point, nil
+}
+
+// bootstrap creates the slot and publishes from its snapshot: for the
+// initial take-up, the rows that were in the table and not processed (for
+// example by a polling relay this one replaces); for a repair, every row
+// the stream lacks. Streaming then starts exactly after them.
+func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe *pipeline, t takeUp) (pglogrepl.LSN, int, error) {
+	cfg := s.cfg
+	src, err := NewRowSource(ctx, s.pool, cfg.Table)
+	if err != nil {
+		return 0, 0, err
+	}
+	var published int
+	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
+		id, err := s.publicationIdentity(ctx)
+		if err != nil {
+			return err
+		}
+		if err := locked.Created(ctx, point, id); err != nil {
+			return err
+		}
+		s.publication = id
+		offer := func(ev *decode.Event) error { return pipe.publish(ctx, ev) }
+		switch {
+		case t.kind == checkpoint.KindRepair:
+			published, err = s.publishMissing(ctx, tx, src, "", t.since, offer)
+		case !src.Has("processed_at"):
+			s.log.Warn().Str("table", cfg.Table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+		case t.redo:
+			published, err = s.publishMissing(ctx, tx, src, "processed_at IS NULL", time.Time{}, offer)
+		default:
+			published, err = src.Each(ctx, tx, "processed_at IS NULL", nil, offer)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := pipe.Drain(ctx); err != nil {
+		return 0, 0, fmt.Errorf("publish the rows present at the slot's creation: %w", err)
+	}
+	return point, published, nil
+}
+
+// publishMissing publishes the rows db sees (those matching where, when
+// set) that the stream lacks.
+func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
+	cfg := s.cfg
+	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Since: since})
+	if err != nil {
+		return 0, err
+	}
+	s.log.Warn().Int("missing", len(rep.Missing)).Int("rows", rep.Rows).Int("messages", rep.Messages).
+		Msg("publishing the committed rows the stream lacks")
+	if len(rep.Missing) == 0 {
+		return 0, nil
+	}
+	if where != "" {
+		where += " AND "
+	}
+	return src.Each(ctx, db, where+"id::text = ANY($1)", []any{rep.Missing}, offer)
+}
+
+// publicationIdentity reads how the publication holds the table now.
+func (s *starter) publicationIdentity(ctx context.Context) (string, error) {
+	return replication.PublicationIdentity(ctx, s.pool, s.cfg.Table, s.cfg.Publication)
+}
+
+// samePublication refuses a publication that changed since the slot was
+// created: pgoutput may have skipped inserts meanwhile. A record written by
+// an older relay gets the identity now.
+func (s *starter) samePublication(ctx context.Context, locked *checkpoint.Store, rec checkpoint.Record) error {
+	id, err := s.publicationIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	s.publication = id
+	if rec.Publication == "" {
+		return locked.SetPublication(ctx, rec.CreatedLSN, id)
+	}
+	return s.comparePublication(id, rec.Publication)
+}
+
+func (s *starter) comparePublication(now, recorded string) error {
+	if now == recorded {
+		return nil
+	}
+	return &replication.FatalError{
+		Err: fmt.Errorf("publication %q changed since the relay took up slot %q (was %q, now %q): inserts made while the table was not published the same way may not have been decoded",
+			s.cfg.Publication, s.cfg.Slot, recorded, now),
+		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert'))", s.cfg.Table, s.cfg.Publication),
+		Gap:  true,
+	}
 }
 
 // checkPublication returns the WAL position before which the outbox table
-// was verified to be in the publication.
+// was verified to be in the publication, unchanged since the slot's
+// creation.
 func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
 	var at pglogrepl.LSN
-	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&at); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&at); err != nil {
 		return 0, fmt.Errorf("read the WAL position: %w", err)
 	}
 	if err := replication.CheckPublication(ctx, s.pool, s.cfg.Table, s.cfg.Publication); err != nil {
 		return 0, err
 	}
+	id, err := s.publicationIdentity(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.comparePublication(id, s.publication); err != nil {
+		return 0, err
+	}
 	return at, nil
-}
-
-// bootstrap creates the slot and publishes, from its snapshot, the rows
-// that were in the table and not processed (for example by a polling relay
-// this one replaces). Streaming then starts exactly after them. With
-// repair set it publishes instead every row of the snapshot that the
-// stream lacks: the way back after a gap.
-func (s *starter) bootstrap(ctx context.Context, store *checkpoint.Store, pipe *pipeline, repair bool) (pglogrepl.LSN, error) {
-	cfg := s.cfg
-	src, err := NewRowSource(ctx, s.pool, cfg.Table)
-	if err != nil {
-		return 0, err
-	}
-	var published int
-	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
-		if err := store.Create(ctx, point, false); err != nil {
-			return err
-		}
-		offer := func(ev *decode.Event) error { return pipe.publish(ctx, ev) }
-		switch {
-		case repair:
-			published, err = s.publishMissing(ctx, tx, src, offer)
-		case src.Has("processed_at"):
-			published, err = src.Each(ctx, tx, "processed_at IS NULL", nil, offer)
-		default:
-			s.log.Warn().Str("table", cfg.Table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
-		}
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := pipe.Drain(ctx); err != nil {
-		return 0, fmt.Errorf("publish the rows present at the slot's creation: %w", err)
-	}
-	if err := store.MarkBootstrapped(ctx); err != nil {
-		return 0, err
-	}
-	s.log.Info().Str("slot", cfg.Slot).Str("lsn", point.String()).Int("published", published).Bool("repair", repair).
-		Msg("created the replication slot; published the rows the stream needed from the table")
-	return point, nil
-}
-
-// publishMissing publishes the rows db sees that the stream lacks.
-func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, offer func(*decode.Event) error) (int, error) {
-	cfg := s.cfg
-	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Since: s.cfg.RepairSince})
-	if err != nil {
-		return 0, err
-	}
-	s.log.Warn().Int("missing", len(rep.Missing)).Int("rows", rep.Rows).Int("messages", rep.Messages).
-		Msg("repairing: publishing the committed rows the stream lacks")
-	if len(rep.Missing) == 0 {
-		return 0, nil
-	}
-	return src.Each(ctx, db, "id::text = ANY($1)", []any{rep.Missing}, offer)
 }

@@ -135,3 +135,48 @@ func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (
 	}
 	return nil, nil
 }
+
+// PublicationIdentity describes how the publication holds the table, in a
+// form that changes whenever pgoutput may have stopped sending the table's
+// inserts, even for a moment:
+//   - the publication recreated (its oid);
+//   - its options altered (the catalog row's xmin: publishing inserts
+//     switched off and back on leaves no other trace; a rename or a new
+//     owner counts too, which errs on the safe side);
+//   - the table, or its schema, dropped from it and added back (the
+//     membership's oid);
+//   - a row filter or a column list added (Postgres 15+).
+//
+// The relay records it with its slot and refuses to go on when it differs.
+func PublicationIdentity(ctx context.Context, db Querier, table decode.Table, publication string) (string, error) {
+	var version int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return "", fmt.Errorf("read the server version: %w", err)
+	}
+	filter := `NULL::text`
+	if version >= 150000 {
+		filter = `concat_ws(' ', 'filter=' || (r.prqual IS NOT NULL), 'columns=' || (r.prattrs IS NOT NULL),
+			'schema_membership=' || coalesce((SELECT n.oid::text FROM pg_publication_namespace n
+				WHERE n.pnpubid = p.oid AND n.pnnspid = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($2))), 'none'))`
+	}
+	var id string
+	err := db.QueryRow(ctx, `SELECT concat_ws(' ',
+			'publication=' || p.oid || '/' || p.xmin, 'insert=' || p.pubinsert, 'all_tables=' || p.puballtables, 'via_root=' || p.pubviaroot,
+			'membership=' || coalesce(r.oid::text, 'none'), `+filter+`)
+		FROM pg_publication p
+		LEFT JOIN pg_publication_rel r ON r.prpubid = p.oid AND r.prrelid = to_regclass($2)
+		WHERE p.pubname = $1`, publication, table.Quoted()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("publication %q does not exist", publication)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read publication %q: %w", publication, err)
+	}
+	return id, nil
+}
+
+// Querier runs a query that returns one row: a pool, a connection or a
+// transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

@@ -1,0 +1,188 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/verify"
+)
+
+// insertRows writes n unprocessed rows in one statement, created at the
+// given SQL time expression.
+func insertRows(env *relaytest.Env, n int, createdAt string) {
+	env.Exec(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT 'order', (i % 100)::text, 'created', jsonb_build_object('i', i), `+createdAt+` FROM generate_series(1, $1) i`, n)
+}
+
+type takeUpResult struct {
+	action checkpoint.Action
+	err    error
+}
+
+// goTakeUp takes up the slot on a goroutine of its own.
+func goTakeUp(ctx context.Context, env *relaytest.Env, cfg Config) <-chan takeUpResult {
+	done := make(chan takeUpResult, 1)
+	go func() {
+		action, err := takeUpOnce(ctx, env, cfg)
+		done <- takeUpResult{action, err}
+	}()
+	return done
+}
+
+// Two instances starting together: while the first publishes the rows
+// present at its slot's creation (its slot inactive, its record
+// unfinished), the second must neither start over nor touch that slot. It
+// waits for the take-up to finish, then resumes the first one's slot.
+func TestTwoInstancesTakeUpInTurn(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	const rows = 30000
+	insertRows(env, rows, "now()")
+	cfg := testConfig(t, env)
+	cfg.DuplicateWindow = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	first := goTakeUp(ctx, env, cfg)
+	waitFor(t, time.Minute, "the first instance to record its new slot", func() bool {
+		r := loadRecord(t, env)
+		return r.Exists && r.CreatedLSN != 0
+	})
+	created := loadRecord(t, env).CreatedLSN
+	second := goTakeUp(ctx, env, cfg)
+
+	a := <-first
+	if a.err != nil || a.action != checkpoint.Bootstrap {
+		t.Fatalf("first instance: %s, %v; want bootstrap", a.action, a.err)
+	}
+	b := <-second
+	if b.err != nil || b.action != checkpoint.Resume {
+		t.Fatalf("second instance: %s, %v; want resume, after the first finished", b.action, b.err)
+	}
+	rec := loadRecord(t, env)
+	if !rec.Bootstrapped || rec.CreatedLSN != created || env.SlotInfo().ConfirmedFlush != created {
+		t.Fatalf("record %+v, slot at %s; want the first instance's slot created at %s, finished", rec, env.SlotInfo().ConfirmedFlush, created)
+	}
+	if rep := env.Check(); rep.Messages != rows {
+		t.Errorf("stream holds %d messages, want the %d rows once each", rep.Messages, rows)
+	}
+}
+
+// A repair interrupted at any point is redone as a repair, with its bound,
+// by the next plain start: rows the stream lacks are published once, rows
+// created before the bound are left alone, nothing is published twice.
+func TestInterruptedRepairIsRedoneAsRepair(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	insertRows(env, 50, "'2000-01-01'")
+	cfg := testConfig(t, env)
+	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
+	// The broker loses one old event; a repair bounded to recent rows must
+	// not bring it back.
+	lostOld := deleteOneMessage(t, env)
+	const rows = 20000
+	insertRows(env, rows, "now()")
+
+	repair := cfg
+	repair.Repair, repair.RepairSince = true, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := goTakeUp(ctx, env, repair)
+	waitFor(t, time.Minute, "the repair to record its new slot", func() bool {
+		r := loadRecord(t, env)
+		return r.Kind == checkpoint.KindRepair && r.CreatedLSN != 0
+	})
+	env.NATS.Stop()
+	time.AfterFunc(2*time.Second, cancel)
+	if r := <-done; r.err == nil {
+		t.Fatal("the repair finished although NATS stopped during it")
+	}
+	if got := env.CountStored(); got >= rows {
+		t.Fatalf("the stream holds %d messages: NATS stopped too late to interrupt the repair", got)
+	}
+	if err := env.NATS.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	mustTakeUp(t, env, cfg, checkpoint.RedoRepair) // a plain start
+	rep := compare(t, env, cfg)
+	if len(rep.Missing) != 1 || rep.Missing[0] != lostOld || len(rep.Duplicates) != 0 {
+		t.Fatalf("after the redone repair: missing %v (want only %s, older than the bound), duplicates %v", rep.Missing, lostOld, rep.Duplicates)
+	}
+}
+
+// compare compares the table with the stream, leaving the judgement to
+// the caller.
+func compare(t *testing.T, env *relaytest.Env, cfg Config) verify.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := verify.Run(ctx, env.Pool, env.StreamHandle(10*time.Second), verify.Options{
+		Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// deleteOneMessage deletes the stream's first message and returns its id.
+func deleteOneMessage(t *testing.T, env *relaytest.Env) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := env.StreamHandle(10 * time.Second)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetMsg(ctx, info.State.FirstSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	return m.Header.Get("Nats-Msg-Id")
+}
+
+// A publication changed while the relay was stopped may have let pgoutput
+// skip inserts: the next start refuses with a gap, whatever the change
+// left behind looks like.
+func TestPublicationChangedWhileStopped(t *testing.T) {
+	cases := []struct {
+		name   string
+		change []string
+	}{
+		{"table dropped and added back", []string{
+			`ALTER PUBLICATION outbox_pub DROP TABLE outbox_events`,
+			`ALTER PUBLICATION outbox_pub ADD TABLE outbox_events`}},
+		{"inserts switched off and back on", []string{
+			`ALTER PUBLICATION outbox_pub SET (publish = 'update')`,
+			`ALTER PUBLICATION outbox_pub SET (publish = 'insert')`}},
+		{"publication recreated", []string{
+			`DROP PUBLICATION outbox_pub`,
+			`CREATE PUBLICATION outbox_pub FOR TABLE outbox_events WITH (publish = 'insert')`}},
+		{"row filter added", []string{
+			`ALTER PUBLICATION outbox_pub SET TABLE outbox_events WHERE (aggregate_type <> 'secret')`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := relaytest.NewEnv(t, server)
+			cfg := testConfig(t, env)
+			mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
+			mustTakeUp(t, env, cfg, checkpoint.Resume) // unchanged: resumes
+			for _, sql := range tc.change {
+				env.Exec(sql)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := takeUpOnce(ctx, env, cfg)
+			if !errors.Is(err, replication.ErrGap) {
+				t.Fatalf("start-up after the publication changed: %v, want a gap", err)
+			}
+		})
+	}
+}
