@@ -88,11 +88,15 @@ func (s *Store) On(db DB) *Store {
 }
 
 // RecordDeadLetter lists an event the relay sent to the dead-letter
-// subject, with the reason; the dead-letter view shows its row.
+// subject, with the reason; the dead-letter view shows its row. The same
+// event dead-lettered again from the same commit (a replay after a
+// restart) keeps its record as it was, retried_at included; a new failure
+// (a retry refused again, commit LSN 0) lists it anew.
 func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, commitLSN pglogrepl.LSN) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.deadLetters+` (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.deadLetters+` AS d (event_id, reason, commit_lsn) VALUES ($1, $2, $3::pg_lsn)
 		ON CONFLICT (event_id) DO UPDATE SET reason = EXCLUDED.reason, commit_lsn = EXCLUDED.commit_lsn,
-			dead_lettered_at = now(), retried_at = NULL`, eventID, reason, commitLSN)
+			dead_lettered_at = CASE WHEN d.commit_lsn = EXCLUDED.commit_lsn THEN d.dead_lettered_at ELSE now() END,
+			retried_at = CASE WHEN d.commit_lsn = EXCLUDED.commit_lsn THEN d.retried_at END`, eventID, reason, commitLSN)
 	if err != nil {
 		return fmt.Errorf("record dead letter %s: %w", eventID, err)
 	}

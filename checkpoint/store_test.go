@@ -92,6 +92,26 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT commit_lsn FROM `+checkpoint.DeadLettersTable+` WHERE event_id = 'ev-1'`).Scan(&deadAt); err != nil || deadAt != created+0x20 {
 		t.Fatalf("dead letter commit_lsn = %s, %v; want %s", deadAt, err, created+0x20)
 	}
+	retried := func() bool {
+		t.Helper()
+		var r bool
+		if err := pool.QueryRow(ctx, `SELECT retried_at IS NOT NULL FROM `+checkpoint.DeadLettersTable+` WHERE event_id = 'ev-1'`).Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if _, err := pool.Exec(ctx, `UPDATE `+checkpoint.DeadLettersTable+` SET retried_at = now() WHERE event_id = 'ev-1'`); err != nil {
+		t.Fatal(err)
+	}
+	// Replayed after a restart: the same commit dead-letters it again.
+	if err := store.RecordDeadLetter(ctx, "ev-1", "too big", created+0x20); err != nil || !retried() {
+		t.Fatalf("a replay of the same dead letter (%v) cleared retried_at", err)
+	}
+	// A retry refused again (read from the table: commit LSN 0) is a new
+	// dead letter.
+	if err := store.RecordDeadLetter(ctx, "ev-1", "still too big", 0); err != nil || retried() {
+		t.Fatalf("a new dead-lettering (%v) kept retried_at", err)
+	}
 	if err := store.Begin(ctx, checkpoint.KindInitial, time.Time{}); err != nil {
 		t.Fatal(err)
 	}

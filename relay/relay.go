@@ -178,10 +178,12 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 	return up, err
 }
 
-// deadLetterKey names a dead-lettered event in Postgres: its id, or its WAL
-// position when it has no usable id.
+// deadLetterKey names a dead-lettered event in Postgres: its id as the row
+// holds it, also when a Nats-Msg-Id cannot carry it (whitespace), so that
+// the dead-letter view and `dlq retry` find its row; its WAL position only
+// when it has no id at all.
 func deadLetterKey(ev *decode.Event) string {
-	if decode.CheckID(ev.ID) != "" {
+	if ev.ID == "" {
 		return ev.Position.String()
 	}
 	return ev.ID

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,7 +81,7 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if d.Retried != nil {
 			retried = d.Retried.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", d.EventID, deref(d.EventType), deref(d.AggregateType), deref(d.AggregateID),
+		fmt.Fprintf(w, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", shownID(d.EventID), deref(d.EventType), deref(d.AggregateType), deref(d.AggregateID),
 			d.DeadLettered.UTC().Format(time.RFC3339), retried, d.Reason)
 	}
 	w.Flush()
@@ -88,6 +89,15 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		fmt.Println("no dead letters")
 	}
 	return nil
+}
+
+// shownID quotes an id that whitespace or control characters would make
+// ambiguous in a table.
+func shownID(id string) string {
+	if decode.CheckID(id) != "" {
+		return strconv.Quote(id)
+	}
+	return id
 }
 
 func deref(s *string) string {
