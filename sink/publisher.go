@@ -85,6 +85,19 @@ func (c *Config) setDefaults() {
 // earlier one that it still has to send. Republished messages keep their
 // Nats-Msg-Id, so JetStream drops copies it already stored.
 //
+// Each message remembers the connection it went out on (nats.go's count
+// of reconnects, raised before anything can be sent on a new connection).
+// The client reconnects on its own and reports the drop asynchronously, so
+// before each write the Publisher compares the connection with the one it
+// saw last: on a new one, every message still awaiting its PubAck from an
+// older one fails there and then (its PubAck went to the old connection,
+// and it may have been lost with it), and nothing more is sent until
+// recovery has learned from the stream what it holds. One window remains:
+// a reconnect that completes between that check and the write itself
+// (nats.go offers no way to do both under its lock); the next check
+// catches it, but that one message may then be stored ahead of earlier
+// ones lost with the old connection.
+//
 // Offer and the methods used by the replication side are called from one
 // goroutine; Run is driven by another; PubAcks arrive on a third.
 type Publisher struct {
@@ -102,6 +115,7 @@ type Publisher struct {
 	replyBuf []byte        // guarded by sendMu
 
 	mu       sync.Mutex
+	conn     uint64 // the newest connection seen; older ones have nothing on the wire
 	ring     []slot
 	mask     uint64
 	head     uint64 // oldest unsettled sequence number
@@ -110,8 +124,19 @@ type Publisher struct {
 	bytes    int    // payload bytes held by unsettled slots
 	healthy  bool   // false from a failure until recovery resent everything
 	problem  error  // the failure that started the current outage
-	// lastStreamSeq is the newest stream sequence a PubAck reported.
+	// streamName is Config.Stream's name, lastStreamSeq the newest
+	// sequence in it of a released message (settled, and every earlier
+	// one too): an unacknowledged message it holds comes after it. PubAcks
+	// from another stream (one that holds the dead-letter subject) say
+	// nothing about it: deadStream is that stream, deadSeq the same mark
+	// in it.
+	streamName    string
 	lastStreamSeq uint64
+	deadStream    string
+	deadSeq       uint64
+	// deadLetters is the stream holding the dead-letter subject when it is
+	// not Config.Stream, as recovery looked it up (Run's goroutine only).
+	deadLetters   jetstream.Stream
 	recordQ       []uint64 // dead letters stored in NATS, waiting for their record
 	limitsChanged bool     // the stream refused a message as too large: reread its limits
 
@@ -137,6 +162,9 @@ type slot struct {
 	ev         decode.Event
 	state      slotState
 	attempt    uint32
+	conn       uint64 // the connection the last attempt went out on
+	streamSeq  uint64 // where the stream holds it, once stored
+	deadStream bool   // stored by the stream of the dead-letter subject, not Config.Stream
 	sentAt     time.Time
 	size       int
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
@@ -173,6 +201,12 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		recordLogs: retry.NewLogLimiter(),
 	}
 	p.sendNext = 1
+	p.conn = p.connection()
+	if cfg.Stream != nil {
+		if info := cfg.Stream.CachedInfo(); info != nil {
+			p.streamName = info.Config.Name
+		}
+	}
 	p.maxSize = int(nc.MaxPayload())
 	if cfg.MaxMessageSize > 0 && (p.maxSize <= 0 || cfg.MaxMessageSize < p.maxSize) {
 		p.maxSize = cfg.MaxMessageSize
@@ -262,7 +296,9 @@ func (p *Publisher) sendQueued(probe bool) {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	for {
+		conn := p.connection()
 		p.mu.Lock()
+		p.connectionSeenLocked(conn)
 		if (!p.healthy && !probe) || p.sendNext >= p.next {
 			p.mu.Unlock()
 			return
@@ -274,7 +310,7 @@ func (p *Publisher) sendQueued(probe bool) {
 			continue
 		}
 		s.attempt++
-		s.state, s.sentAt = sent, time.Now()
+		s.state, s.sentAt, s.conn = sent, time.Now(), conn
 		// Copy what the wire needs: once the lock is released a late reply
 		// may settle the slot and the ring may reuse it.
 		seq, attempt, ev, deadLetter, bare := s.seq, s.attempt, s.ev, s.deadLetter, s.bare
@@ -285,6 +321,30 @@ func (p *Publisher) sendQueued(probe bool) {
 		}
 		if probe {
 			return
+		}
+	}
+}
+
+// connection identifies the connection nc is on: how often it reconnected.
+// nats.go counts a reconnect, under the connection's lock, before anything
+// can be sent on the new connection, so a message written after this call
+// goes out on this connection or a newer one.
+func (p *Publisher) connection() uint64 { return p.nc.Stats().Reconnects }
+
+// connectionSeenLocked notes that nc is on connection conn. The first time
+// it sees a connection, every message still awaiting its PubAck from an
+// older one fails: the PubAck went to the old connection and will never
+// arrive, and the message may have been lost with it, so nothing may go
+// out on the new connection before recovery (which then reads the stream).
+func (p *Publisher) connectionSeenLocked(conn uint64) {
+	if conn <= p.conn {
+		return
+	}
+	p.conn = conn
+	for seq := p.head; seq < p.next; seq++ {
+		if s := &p.ring[seq&p.mask]; s.state == sent && s.conn < conn {
+			s.state = failed
+			p.failLocked(errReconnected, s)
 		}
 	}
 }
@@ -442,11 +502,18 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 	p.storedLocked(s, r)
 }
 
-// storedLocked records that the stream holds slot s's message.
+// storedLocked records that the stream r names holds slot s's message.
 func (p *Publisher) storedLocked(s *slot, r reply) {
-	p.lastStreamSeq = max(p.lastStreamSeq, r.streamSeq)
 	if s.deadLetter == "" && s.ev.Problem != "" {
 		s.deadLetter = s.ev.Problem
+	}
+	s.streamSeq, s.deadStream = r.streamSeq, false
+	if p.streamName != "" && string(r.stream) != p.streamName && s.deadLetter != "" {
+		// The dead-letter subject is another stream's.
+		if p.deadStream != string(r.stream) {
+			p.deadStream, p.deadSeq = string(r.stream), 0
+		}
+		s.deadStream = true
 	}
 	if s.deadLetter != "" && p.cfg.RecordDeadLetter != nil {
 		s.state = recording
@@ -481,6 +548,11 @@ func (p *Publisher) advanceLocked() {
 		s := &p.ring[p.head&p.mask]
 		if s.state != acked {
 			break
+		}
+		if s.deadStream {
+			p.deadSeq = max(p.deadSeq, s.streamSeq)
+		} else {
+			p.lastStreamSeq = max(p.lastStreamSeq, s.streamSeq)
 		}
 		p.bytes -= s.size
 		s.ev = decode.Event{} // let the payload be collected

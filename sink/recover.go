@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,10 +12,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
-// Run expires PubAcks that take too long, notices dropped connections and
-// drives recovery after failures. It returns when ctx ends.
+// Run expires PubAcks that take too long, notices dropped and replaced
+// connections and drives recovery after failures. It returns when ctx ends.
 func (p *Publisher) Run(ctx context.Context) error {
-	status := p.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	status := p.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED, nats.CONNECTED)
 	defer p.nc.RemoveStatusListener(status)
 	tick := time.NewTicker(p.tickInterval())
 	defer tick.Stop()
@@ -23,7 +24,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-status:
-			p.connectionLost()
+			p.connectionChanged()
 		case <-tick.C:
 			p.expire(time.Now())
 		case <-p.wake:
@@ -39,11 +40,19 @@ func (p *Publisher) tickInterval() time.Duration {
 	return max(p.cfg.AckTimeout/10, 10*time.Millisecond)
 }
 
-// connectionLost fails every message on the wire: their PubAcks, if any
-// were sent, went to the old connection and will never arrive.
-func (p *Publisher) connectionLost() {
+// connectionChanged fails every message on the wire of a lost connection:
+// their PubAcks, if any were sent, went to it and will never arrive. The
+// change is reported late: when the client is connected again by then,
+// the messages sent on the new connection are not touched.
+func (p *Publisher) connectionChanged() {
+	up := p.nc.IsConnected()
+	conn := p.connection() // read after up: a reconnect before up shows here
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.connectionSeenLocked(conn)
+	if up {
+		return
+	}
 	for seq := p.head; seq < p.next; seq++ {
 		if s := &p.ring[seq&p.mask]; s.state == sent {
 			s.state = failed
@@ -52,10 +61,13 @@ func (p *Publisher) connectionLost() {
 	}
 }
 
-// expire fails messages whose PubAck is overdue.
+// expire fails messages whose PubAck is overdue, and those sent on a
+// connection that has since been replaced.
 func (p *Publisher) expire(now time.Time) {
+	conn := p.connection()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.connectionSeenLocked(conn)
 	for seq := p.head; seq < p.next; seq++ {
 		s := &p.ring[seq&p.mask]
 		if s.state == sent && now.Sub(s.sentAt) > p.cfg.AckTimeout {
@@ -80,7 +92,7 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			case <-ctx.Done():
 				return
 			case <-status:
-				p.connectionLost()
+				p.connectionChanged()
 			case now := <-tick:
 				p.expire(now)
 			case <-p.wake:
@@ -88,7 +100,9 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.recordDeadLetters(ctx)
 		}
 		p.refreshLimits(ctx)
-		p.reconcile(ctx)
+		if err := p.reconcile(ctx); errors.Is(err, errConnectionLost) {
+			continue // wait for the connection, then read the stream again
+		}
 		if p.probe(ctx, status, tick) {
 			p.resume(attempt, time.Since(started))
 			return
@@ -148,7 +162,7 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 		case <-ctx.Done():
 			return false
 		case <-status:
-			p.connectionLost()
+			p.connectionChanged()
 		case now := <-tick:
 			p.expire(now)
 		case <-p.wake:
@@ -171,50 +185,200 @@ func (p *Publisher) resume(attempts int, outage time.Duration) {
 	p.sendQueued(false)
 }
 
+// requestTries bounds the tries of one stream request during recovery;
+// each try gets Config.AckTimeout.
+const requestTries = 3
+
+// errConnectionLost ends a stream request whose connection dropped: its
+// reply, if any, went to the old connection and will never arrive.
+var errConnectionLost = errors.New("connection to NATS lost during a stream request")
+
+// whileConnected returns a context that ends with ctx or, with cause
+// errConnectionLost, as soon as the connection drops. Call stop when done.
+func (p *Publisher) whileConnected(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	status := p.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	go func() {
+		if _, ok := <-status; ok {
+			cancel(errConnectionLost)
+		}
+	}()
+	return ctx, func() {
+		p.nc.RemoveStatusListener(status)
+		cancel(nil)
+	}
+}
+
+// request runs one JetStream API request of the recovery path. JetStream
+// drops requests without a reply at times (while it stops, for one), so
+// each try ends after Config.AckTimeout, and a failed try is repeated,
+// up to requestTries times; none once ctx ended (the connection dropped:
+// the cause is errConnectionLost).
+func (p *Publisher) request(ctx context.Context, fn func(context.Context) error) error {
+	for try := 1; ; try++ {
+		tctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+		err := fn(tctx)
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, jetstream.ErrMsgNotFound):
+			return err
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case try == requestTries:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
+}
+
 // reconcile looks in the stream, before anything is republished, for the
 // unacknowledged events it already holds: their PubAcks were lost with a
 // connection, or timed out. Those count as stored and are not sent again,
 // so an outage longer than the stream's dedup window leaves no duplicates.
-func (p *Publisher) reconcile(ctx context.Context) {
+// Dead letters are looked for in the stream that holds the dead-letter
+// subject. It returns errConnectionLost when the connection dropped
+// meanwhile: recovery then waits for it and starts over.
+func (p *Publisher) reconcile(ctx context.Context) error {
 	if p.cfg.Stream == nil {
-		return
+		return nil
 	}
 	p.mu.Lock()
 	from := max(p.lastStreamSeq, p.cfg.StartSeq) + 1
-	want := map[string]uint64{}
+	deadStream, deadFrom := p.deadStream, p.deadSeq+1
+	events, dead := map[string]uint64{}, map[string]uint64{}
 	for seq := p.head; seq < p.next; seq++ {
 		s := &p.ring[seq&p.mask]
 		if s.attempt == 0 || s.state == acked || s.state == recording {
 			continue
 		}
 		if s.deadLetter != "" || s.ev.Problem != "" {
-			want[deadLetterMsgID(&s.ev)] = seq
+			dead[deadLetterMsgID(&s.ev)] = seq
 		} else {
-			want[s.ev.ID] = seq
+			events[s.ev.ID] = seq
 		}
 	}
 	p.mu.Unlock()
-	if len(want) == 0 {
-		return
+	if len(events)+len(dead) == 0 {
+		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	info, err := p.cfg.Stream.Info(rctx)
+	ctx, stop := p.whileConnected(ctx)
+	defer stop()
+	var info *jetstream.StreamInfo
+	err := p.request(ctx, func(ctx context.Context) (err error) {
+		info, err = p.cfg.Stream.Info(ctx)
+		return err
+	})
 	if err != nil {
-		p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
-		return
+		return p.notReconciled(err)
+	}
+	p.mu.Lock()
+	if p.streamName == "" {
+		p.streamName = info.Config.Name
+	}
+	p.mu.Unlock()
+	if deadStream == "" && coveredBy(info.Config.Subjects, p.cfg.DeadLetterSubject) {
+		for id, seq := range dead {
+			events[id] = seq
+		}
+		dead = nil
 	}
 	// Others may publish to the stream too: read a bounded number of messages.
 	last := min(info.State.LastSeq, from+uint64(4*len(p.ring)))
+	found, err := p.findStored(ctx, p.cfg.Stream, info.Config.Name, "", from, last, events)
+	if err == nil && len(dead) > 0 {
+		var n int
+		n, err = p.findDeadLetters(ctx, deadStream, deadFrom, dead)
+		found += n
+	}
+	if found > 0 {
+		p.log.Info().Int("events", found).Msg("found events in the stream whose PubAck was lost: not republishing them")
+	}
+	if err != nil {
+		return p.notReconciled(err)
+	}
+	return nil
+}
+
+func (p *Publisher) notReconciled(err error) error {
+	if !errors.Is(err, errConnectionLost) {
+		p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
+	}
+	return err
+}
+
+// findDeadLetters looks for the dead letters in want in the stream that
+// holds the dead-letter subject when that is not Config.Stream: from
+// sequence from on, or, when no dead letter's PubAck came from it yet
+// (from is 1), among its newest messages.
+func (p *Publisher) findDeadLetters(ctx context.Context, name string, from uint64, want map[string]uint64) (int, error) {
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return 0, err
+	}
+	if name == "" {
+		err = p.request(ctx, func(ctx context.Context) (err error) {
+			name, err = js.StreamNameBySubject(ctx, p.cfg.DeadLetterSubject)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("look up the stream of the dead-letter subject %q: %w", p.cfg.DeadLetterSubject, err)
+		}
+	}
+	var info *jetstream.StreamInfo
+	err = p.request(ctx, func(ctx context.Context) error {
+		if p.deadLetters == nil || p.deadLetters.CachedInfo().Config.Name != name {
+			stream, err := js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			p.deadLetters, info = stream, stream.CachedInfo()
+			return nil
+		}
+		info, err = p.deadLetters.Info(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read dead-letter stream %q: %w", name, err)
+	}
+	bound := uint64(4 * len(p.ring))
+	if from <= 1 && info.State.LastSeq > bound {
+		from = info.State.LastSeq - bound + 1
+	}
+	return p.findStored(ctx, p.deadLetters, name, p.cfg.DeadLetterSubject, from, min(info.State.LastSeq, from+bound), want)
+}
+
+// findStored reads stream from sequence from through last (only the
+// messages on subject, when set) and settles the unacknowledged messages
+// in want (Nats-Msg-Id to sequence number) it finds there. It returns how
+// many it settled.
+func (p *Publisher) findStored(ctx context.Context, stream jetstream.Stream, name, subject string, from, last uint64, want map[string]uint64) (int, error) {
 	found := 0
+	var opts []jetstream.GetMsgOpt
+	if subject != "" {
+		opts = append(opts, jetstream.WithGetMsgSubject(subject))
+	}
 	for seq := from; seq <= last && len(want) > 0; seq++ {
-		m, err := p.cfg.Stream.GetMsg(rctx, seq)
+		var m *jetstream.RawStreamMsg
+		err := p.request(ctx, func(ctx context.Context) (err error) {
+			m, err = stream.GetMsg(ctx, seq, opts...)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			if subject != "" {
+				break // nothing on subject from seq on
+			}
 			continue
 		}
 		if err != nil {
-			p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
-			return
+			return found, err
+		}
+		seq = m.Sequence // with a subject, the first match at or after seq
+		if seq > last {
+			break
 		}
 		id := m.Header.Get(HeaderMsgID)
 		slotSeq, ok := want[id]
@@ -224,14 +388,12 @@ func (p *Publisher) reconcile(ctx context.Context) {
 		delete(want, id)
 		p.mu.Lock()
 		if s := &p.ring[slotSeq&p.mask]; s.seq == slotSeq && s.state != acked && s.state != recording {
-			p.storedLocked(s, reply{streamSeq: seq})
+			p.storedLocked(s, reply{stream: []byte(name), streamSeq: seq})
 			found++
 		}
 		p.mu.Unlock()
 	}
-	if found > 0 {
-		p.log.Info().Int("events", found).Msg("found events in the stream whose PubAck was lost: not republishing them")
-	}
+	return found, nil
 }
 
 // recordDeadLetters writes the Postgres records of dead letters JetStream
@@ -277,10 +439,17 @@ func (p *Publisher) refreshLimits(ctx context.Context) {
 	if !changed || p.cfg.Stream == nil {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := p.cfg.Stream.Info(rctx)
+	ctx, stop := p.whileConnected(ctx)
+	defer stop()
+	var info *jetstream.StreamInfo
+	err := p.request(ctx, func(ctx context.Context) (err error) {
+		info, err = p.cfg.Stream.Info(ctx)
+		return err
+	})
 	if err != nil {
+		p.mu.Lock()
+		p.limitsChanged = true // read them on the next round
+		p.mu.Unlock()
 		return
 	}
 	size := int(p.nc.MaxPayload())

@@ -24,6 +24,10 @@ var (
 	ErrNoResponders = errors.New("no responders: JetStream did not answer on the subject")
 	// ErrBadReply: the reply was not a PubAck.
 	ErrBadReply = errors.New("reply is not a JetStream PubAck")
+
+	// errReconnected: the client reconnected with the publish in flight on
+	// the old connection.
+	errReconnected = fmt.Errorf("%w: the client reconnected before its PubAck arrived", ErrDisconnected)
 )
 
 // ServerError is an error JetStream returned for a publish.
@@ -79,6 +83,7 @@ func disconnected(err error) bool {
 
 // reply is a parsed PubAck.
 type reply struct {
+	stream    []byte // the stream's name (a view of the reply's data)
 	streamSeq uint64
 	duplicate bool
 	err       error
@@ -102,8 +107,9 @@ func parseReply(m *nats.Msg) reply {
 		return reply{err: ErrBadReply}
 	}
 	if bytes.HasPrefix(m.Data, pubAckPrefix) && !bytes.Contains(m.Data, errorKey) {
-		if seq, ok := fastSeq(m.Data); ok {
-			return reply{streamSeq: seq, duplicate: fastDuplicate(m.Data)}
+		stream, ok := fastStream(m.Data)
+		if seq, ok2 := fastSeq(m.Data); ok && ok2 {
+			return reply{stream: stream, streamSeq: seq, duplicate: fastDuplicate(m.Data)}
 		}
 	}
 	var full struct {
@@ -121,7 +127,21 @@ func parseReply(m *nats.Msg) reply {
 	if full.Stream == "" {
 		return reply{err: fmt.Errorf("%w: %q", ErrBadReply, m.Data)}
 	}
-	return reply{streamSeq: full.Seq, duplicate: full.Duplicate}
+	return reply{stream: []byte(full.Stream), streamSeq: full.Seq, duplicate: full.Duplicate}
+}
+
+// fastStream returns the stream name of a PubAck that starts with
+// pubAckPrefix, unless it needs unescaping.
+func fastStream(data []byte) ([]byte, bool) {
+	rest, ok := bytes.CutPrefix(data[len(pubAckPrefix):], []byte(`"`))
+	if !ok {
+		return nil, false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i <= 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return nil, false
+	}
+	return rest[:i], true
 }
 
 func fastSeq(data []byte) (uint64, bool) {

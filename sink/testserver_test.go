@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,9 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 		t.Fatal(err)
 	}
 	cfg.Name = testStream
-	cfg.Subjects = []string{"outbox.>", testDeadLetter}
+	if cfg.Subjects == nil {
+		cfg.Subjects = []string{"outbox.>", testDeadLetter}
+	}
 	cfg.Storage = jetstream.FileStorage
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -68,11 +71,13 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 }
 
 // gatedDialer refuses connections while closed, so that a test decides
-// when the client may reconnect, and can cut the connections it made.
+// when the client may reconnect, and can cut the connections it made or
+// make them lose what the client writes.
 type gatedDialer struct {
 	closed atomic.Bool
 	mu     sync.Mutex
-	conns  []net.Conn
+	conns  []*testConn
+	lost   []byte // what blackholed connections swallowed
 }
 
 func (d *gatedDialer) Dial(network, address string) (net.Conn, error) {
@@ -80,17 +85,24 @@ func (d *gatedDialer) Dial(network, address string) (net.Conn, error) {
 		return nil, errors.New("test: connections refused")
 	}
 	c, err := (&net.Dialer{Timeout: 2 * time.Second}).Dial(network, address)
-	if err == nil {
-		d.mu.Lock()
-		d.conns = append(d.conns, c)
-		d.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	tc := &testConn{Conn: c, d: d}
+	d.mu.Lock()
+	d.conns = append(d.conns, tc)
+	d.mu.Unlock()
+	return tc, nil
 }
 
 // cut closes the connections and refuses new ones.
 func (d *gatedDialer) cut() {
 	d.closed.Store(true)
+	d.drop()
+}
+
+// drop closes the connections; the client may reconnect at once.
+func (d *gatedDialer) drop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range d.conns {
@@ -99,12 +111,46 @@ func (d *gatedDialer) cut() {
 	d.conns = nil
 }
 
+// blackhole makes the open connections lose everything the client writes
+// from now on, as a network that fails silently does.
+func (d *gatedDialer) blackhole() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.blackhole.Store(true)
+	}
+}
+
+// swallowed reports whether a blackholed connection lost bytes containing s.
+func (d *gatedDialer) swallowed(s string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return bytes.Contains(d.lost, []byte(s))
+}
+
+// testConn is a client connection a test can blackhole.
+type testConn struct {
+	net.Conn
+	d         *gatedDialer
+	blackhole atomic.Bool
+}
+
+func (c *testConn) Write(b []byte) (int, error) {
+	if !c.blackhole.Load() {
+		return c.Conn.Write(b)
+	}
+	c.d.mu.Lock()
+	c.d.lost = append(c.d.lost, b...)
+	c.d.mu.Unlock()
+	return len(b), nil
+}
+
 // stop cuts the client off, then shuts the server down, keeping its
 // store; the client cannot reconnect until start. The client is cut first
-// because in a graceful shutdown JetStream stops before client connections
-// close: publishes in between get "no responders", and the publisher's
-// stream lookup (reconcile) may get no reply at all and wait out its 30s
-// timeout, longer than a test should take.
+// so that the outage starts at one instant: in a graceful shutdown
+// JetStream stops before client connections close, and requests in
+// between get "no responders" or no reply at all (TestRecoveryRequestDropped
+// covers that case).
 func (e *testEnv) stop() {
 	e.dialer.cut()
 	e.srv.Stop()
