@@ -76,7 +76,7 @@ func (c Config) streamSpec() sink.StreamSpec {
 }
 
 // sinkConfig is the publisher's configuration for stream.
-func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store) sink.Config {
+func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp) sink.Config {
 	maxSize, lastSeq := streamLimits(stream)
 	return sink.Config{
 		Subject:           c.Subject,
@@ -88,5 +88,6 @@ func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store) sin
 		Stream:            stream,
 		StartSeq:          lastSeq,
 		RecordDeadLetter:  recordDeadLetter(store),
+		Source:            source,
 	}
 }

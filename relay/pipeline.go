@@ -26,14 +26,34 @@ type pipeline struct {
 	// current replication session started.
 	stored  *checkpoint.Stored
 	skipped prometheus.Counter
+	// source is where the relay's messages come from; set once the slot
+	// is taken up (nil before: nothing is read back as the relay's).
+	source *source
 }
 
 // skip reports whether ev was handed over already or is stored already.
 func (p *pipeline) skip(ev *decode.Event) bool {
-	if p.tracker.Seen(ev.Position) || p.stored.Contains(ev.Position) {
+	if p.tracker.Seen(ev.Position) || p.storedAlready(ev) {
 		p.skipped.Inc()
 		return true
 	}
+	return false
+}
+
+// storedAlready reports whether the stream holds ev: a message of this
+// relay's slot at ev's position, with ev's id. The same position with
+// another id is another event (a timeline change, another writer): ev is
+// published.
+func (p *pipeline) storedAlready(ev *decode.Event) bool {
+	if !p.stored.Contains(ev.Position) {
+		return false
+	}
+	id := sink.StoredID(ev)
+	if p.stored.Holds(ev.Position, id) {
+		return true
+	}
+	other, _ := p.stored.ID(ev.Position)
+	p.source.otherEventAt(ev, other)
 	return false
 }
 

@@ -162,7 +162,11 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 		return up, err
 	}
 	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
-	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
+	src, err := newSource(ctx, r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
+	if err != nil {
+		return up, err
+	}
+	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
 		return up, err
 	}
 	bg.goRun("publisher", up.pub.Run)
@@ -173,8 +177,13 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 	if err := r.reg.Register(skipped); err != nil {
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
-	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: stream, store: store, pub: up.pub, skipped: skipped, log: log}
+	// The starter reads the stream as this relay's (sink.WithSource).
+	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log}
 	up.pipe, up.action, err = up.starter.start(ctx)
+	if err == nil {
+		up.pipe.source = src
+		err = src.slotTakenUp(ctx, store)
+	}
 	return up, err
 }
 

@@ -12,8 +12,10 @@ import (
 
 // beforeSession runs before each replication session. It checks that the
 // slot is still the one the relay confirms (never beyond what the ledger
-// allowed), then reads which events of the coming replay the stream
-// already holds, so exactly those are skipped.
+// allowed) and that the server is still the same cluster, then reads
+// which events of the coming replay the stream already holds (the events'
+// stream and the dead-letter subject's, only the messages of this relay's
+// slot, with their ids), so exactly those are skipped.
 func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SlotInfo) error {
 	cfg := s.cfg
 	return func(ctx context.Context, info replication.SlotInfo) error {
@@ -27,11 +29,24 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 				Gap: true,
 			}
 		}
+		// A promotion or point-in-time recovery changes the timeline the
+		// messages are stamped with; another cluster stops the relay.
+		if err := pipe.source.refresh(ctx); err != nil {
+			return err
+		}
 		stored := &checkpoint.Stored{}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		err := sink.ReadTail(rctx, s.stream, []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, cfg.Subject.Filter(), info.ConfirmedFlush,
-			func(ev sink.StoredEvent) { stored.Add(ev.Position) })
+		dead, err := pipe.source.deadLetters(rctx, s.stream, cfg.DeadLetterSubject)
+		if err != nil {
+			return err
+		}
+		tail := sink.Tail{
+			Stream: s.stream, Subject: cfg.Subject.Filter(),
+			DeadLetters: dead, DeadLetterSubject: cfg.DeadLetterSubject,
+			From: info.ConfirmedFlush, Source: pipe.source.Source(),
+		}
+		err = sink.ReadTail(rctx, tail, func(ev sink.StoredEvent) { stored.Add(ev.Position, ev.ID) })
 		if err != nil {
 			return fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", info.ConfirmedFlush, err)
 		}

@@ -25,10 +25,56 @@ const confirmGap = 200 * time.Millisecond
 // Postgres is still up, so that a server shutting down is not held back.
 const probeEvery = time.Second
 
-// silenceLimit is how long the connection may stay silent before the relay
-// asks Postgres for a reply, and then how long it waits for one before it
-// presumes the connection dead (a network cut that sends no reset).
-const silenceLimit = 10 * time.Second
+// askAfter is the longest the connection stays silent before the relay
+// asks Postgres for a reply (a status update with ReplyRequested): an idle
+// walsender answers at once.
+const askAfter = 10 * time.Second
+
+// minSilenceMargin is the least the relay adds to the server's
+// wal_sender_timeout before it presumes a silent connection dead (see
+// silenceLimits): room for the network and a busy server.
+const minSilenceMargin = 2 * time.Second
+
+// finalConfirmTimeout bounds the final confirmation at shutdown, after the
+// drain: the Handler's last check and record (Postgres round trips) and the
+// last status update. A Postgres that does not answer in time (a
+// partition, an overloaded server) must not hold the relay's exit for
+// minutes; the position not confirmed is only replayed on the next start,
+// where the events already stored are skipped.
+const finalConfirmTimeout = 5 * time.Second
+
+// silenceLimits returns, for the server's wal_sender_timeout, how long the
+// replication connection may stay silent before the relay asks for a reply
+// (ask) and before it presumes the connection dead (dead; 0 for never).
+//
+// The walsender is the authority on a replication connection's health: it
+// closes the connection itself when it has not heard from the relay for
+// wal_sender_timeout. Its own silence is no proof of death. While it
+// decodes a large transaction that yields nothing for the relay (a backfill
+// of a table outside the publication), it reads the relay's messages and
+// sends keepalives only every wal_sender_timeout/2. So the relay asks early
+// but gives up only after wal_sender_timeout plus a margin: a reply to its
+// request is due by then even mid-transaction, and the margin (half of
+// wal_sender_timeout, at least minSilenceMargin) covers one late round of
+// the walsender's. Giving up sooner drops the connection in the middle of
+// that transaction; the next one replays it from the start and is dropped
+// again, forever, while WAL piles up.
+//
+// wal_sender_timeout = 0 turns the server's timeout off: no walsender gives
+// up on a silent relay and none sends pings, so silence proves nothing and
+// the relay never presumes death by it (it still asks for replies). A dead
+// peer is then found by TCP alone. pgconn dials with Go's default
+// keepalive (first probe after 15 s idle, then every 15 s, 9 probes: about
+// 2.5 minutes), which only runs while nothing the relay sent is
+// unacknowledged; as the relay sends a status update at least every
+// StatusInterval, on a cut path the kernel's retransmission timeout usually
+// decides (net.ipv4.tcp_retries2: about 15 minutes by default).
+func silenceLimits(walSenderTimeout time.Duration) (ask, dead time.Duration) {
+	if walSenderTimeout <= 0 {
+		return askAfter, 0
+	}
+	return min(askAfter, walSenderTimeout/2), walSenderTimeout + max(walSenderTimeout/2, minSilenceMargin)
+}
 
 // errRelease ends a session on purpose: Postgres is shutting down while the
 // relay cannot confirm all it was sent, and the walsender would wait for
@@ -48,8 +94,12 @@ type session struct {
 	lastRecv   time.Time     // when the server last sent anything
 	askedAt    time.Time     // when a reply was requested for the current silence
 	lastProbe  time.Time     // when Postgres was last checked for a shutdown
-	serverEnd  pglogrepl.LSN // WAL end in the server's last keepalive
-	ignored    map[string]bool
+	askAfter   time.Duration // silence before asking for a reply
+	deadAfter  time.Duration // silence before giving up; 0: never (see silenceLimits)
+	// senderTimeout is the server's wal_sender_timeout for this connection.
+	senderTimeout time.Duration
+	serverEnd     pglogrepl.LSN // WAL end in the server's last keepalive
+	ignored       map[string]bool
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -90,18 +140,21 @@ func (s *session) run(ctx context.Context) error {
 	}
 }
 
-// checkAlive notices a connection that went silent without being closed:
-// after silenceLimit it asks the server for a reply, and after as long
-// again without one it gives up on the connection.
+// checkAlive notices a connection that went silent without being closed
+// (a network cut that sends no reset): after askAfter it asks the server
+// for a reply, and after deadAfter without any message it gives up on the
+// connection (see silenceLimits).
 func (s *session) checkAlive(now time.Time) error {
+	silent := now.Sub(s.lastRecv)
 	switch {
-	case now.Sub(s.lastRecv) < silenceLimit:
+	case silent < s.askAfter:
 		return nil
 	case s.askedAt.IsZero():
 		s.askedAt = now
 		return s.sendStatusRequest(now)
-	case now.Sub(s.askedAt) >= silenceLimit:
-		return fmt.Errorf("no message from Postgres for %s, not even after asking for one: presuming the connection dead", now.Sub(s.lastRecv).Round(time.Second))
+	case s.deadAfter > 0 && silent >= s.deadAfter:
+		return fmt.Errorf("no message from Postgres for %s, not even after asking for one (the walsender answers within wal_sender_timeout, %s): presuming the connection dead",
+			silent.Round(time.Second), s.senderTimeout)
 	}
 	return nil
 }
@@ -289,10 +342,17 @@ func (s *session) status(flushed pglogrepl.LSN, now time.Time, replyRequested bo
 	return nil
 }
 
-// finish ends a session at shutdown: wait for in-flight publishes, keep
-// the connection alive meanwhile, then confirm what was acknowledged.
+// finish ends a session at shutdown: wait up to DrainTimeout for in-flight
+// publishes, keeping the connection alive meanwhile, then confirm what was
+// acknowledged within finalConfirmTimeout more. Nothing here waits on
+// Postgres without a deadline: a partitioned server costs the shutdown
+// DrainTimeout + finalConfirmTimeout, not the minutes TCP takes to give up.
 func (s *session) finish() error {
+	netConn := s.conn.Conn()
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	// A status update must not block on a full socket (a server that
+	// stopped reading) past the drain.
+	_ = netConn.SetWriteDeadline(deadline)
 	bg := context.Background()
 	var err error
 	for {
@@ -317,15 +377,61 @@ func (s *session) finish() error {
 	if err != nil {
 		s.log.Warn().Err(err).Msg("shutdown before every publish was acknowledged: those events are published again on restart")
 	}
-	flushed, ferr := s.h.Flushed(bg, true)
+	end := time.Now().Add(finalConfirmTimeout)
+	_ = netConn.SetWriteDeadline(end) // also bounds the Terminate sent when the connection closes
+	// The Handler's round trips get most of it; the rest is for sending
+	// what it allowed and hearing the answer.
+	fctx, cancel := context.WithDeadline(bg, end.Add(-finalConfirmTimeout/5))
+	defer cancel()
+	flushed, ferr := s.h.Flushed(fctx, true)
 	if ferr != nil {
 		s.log.Warn().Err(ferr).Msg("final confirmation withheld")
 		flushed = s.sent
 	}
-	if serr := s.sendStatus(flushed, time.Now()); serr != nil {
-		s.log.Warn().Err(serr).Msg("final status update failed; the slot keeps its previous position")
+	// Ask for a reply: the walsender answers once it has read the update,
+	// and only then is the position known to be confirmed.
+	if serr := s.status(flushed, time.Now(), true); serr != nil {
+		s.log.Warn().Err(serr).Str("lsn", s.sent.String()).
+			Msg("the final position was not confirmed (the status update failed): on restart the relay replays from the slot's previous position and skips the events the stream holds")
 		return nil
 	}
-	s.log.Info().Str("lsn", flushed.String()).Msg("drained; confirmed the final position to Postgres")
+	if rerr := s.awaitReply(end); rerr != nil {
+		s.log.Warn().Err(rerr).Str("lsn", s.sent.String()).
+			Msg("the final position was not confirmed (Postgres did not answer in time): on restart the relay replays from the slot's previous position and skips the events the stream holds")
+		return nil
+	}
+	s.log.Info().Str("lsn", s.sent.String()).Msg("drained; confirmed the final position to Postgres")
 	return nil
+}
+
+// awaitReply waits until end for the walsender's answer to a status update
+// that asked for one: a keepalive that does not itself ask for a reply.
+// WAL that arrives meanwhile is dropped; it is replayed on the next start.
+func (s *session) awaitReply(end time.Time) error {
+	for {
+		// Set on every round: run's context watcher may move the read
+		// deadline into the past once, just after this session began to
+		// finish.
+		_ = s.conn.Conn().SetReadDeadline(end)
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if (pgconn.Timeout(err) || isTimeout(err)) && time.Now().Before(end) {
+				continue
+			}
+			return err
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) > 0 && msg.Data[0] == pglogrepl.PrimaryKeepaliveMessageByteID {
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err == nil && !ka.ReplyRequested {
+					return nil
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream")
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -186,6 +188,10 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		return fmt.Errorf("open replication connection to %s: %w", Describe(s.cfg.Repl), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	senderTimeout, err := walSenderTimeout(ctx, conn)
+	if err != nil {
+		return err
+	}
 	// Start at 0/0: the server then starts at the slot's confirmed_flush_lsn.
 	// Asking for a later LSN would silently skip the transactions before it.
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -201,7 +207,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	s.streaming.Store(true)
 	s.metrics.Connected.Set(1)
 	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
-		Str("lsn", info.ConfirmedFlush.String()).Msg("streaming from the slot's confirmed position")
+		Str("lsn", info.ConfirmedFlush.String()).Dur("wal_sender_timeout", senderTimeout).
+		Msg("streaming from the slot's confirmed position")
 	sess := &session{
 		Stream: s,
 		conn:   conn,
@@ -209,5 +216,49 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		dec:    decode.NewDecoder(s.cfg.Table),
 		sent:   info.ConfirmedFlush,
 	}
+	sess.senderTimeout = senderTimeout
+	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
 	return sess.run(ctx)
+}
+
+// walSenderTimeout reads wal_sender_timeout on the replication connection
+// itself: the setting can differ per role, database or connection, and the
+// walsender serving this connection is the one that applies it.
+func walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("read wal_sender_timeout on the replication connection: unexpected answer to SHOW")
+	}
+	d, err := parseMillis(string(res[0].Rows[0][0]))
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
+	}
+	return d, nil
+}
+
+// parseMillis parses a time setting as SHOW prints one whose base unit is
+// milliseconds: a whole number with the largest unit that divides it
+// ("500ms", "5s", "1min", "2h", "1d"), no unit meaning milliseconds.
+func parseMillis(v string) (time.Duration, error) {
+	units := []struct {
+		suffix string
+		unit   time.Duration
+	}{{"ms", time.Millisecond}, {"s", time.Second}, {"min", time.Minute}, {"h", time.Hour}, {"d", 24 * time.Hour}, {"", time.Millisecond}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(v, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+		if err != nil || n < 0 || n > int64(365*24*time.Hour/u.unit) {
+			return 0, fmt.Errorf("unexpected time setting %q", v)
+		}
+		return time.Duration(n) * u.unit, nil
+	}
+	return 0, fmt.Errorf("unexpected time setting %q", v)
 }

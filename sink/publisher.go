@@ -56,6 +56,9 @@ type Config struct {
 	// RecordDeadLetter, when set, records a dead-lettered event (in
 	// Postgres) before it counts as settled. It is retried until it succeeds.
 	RecordDeadLetter func(ctx context.Context, ev *decode.Event, reason string) error
+	// Source, when set, is stamped on every message (the Outbox-Source-*
+	// headers), so that the relay can tell its messages from others'.
+	Source *Stamp
 }
 
 func (c *Config) setDefaults() {
@@ -188,7 +191,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		log:      log,
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
-		wire:     newWireMsg(),
+		wire:     newWireMsg().withSource(cfg.Source),
 		subjects: newSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
 		mask:     uint64(size - 1),
@@ -352,7 +355,7 @@ func (p *Publisher) connectionSeenLocked(conn uint64) {
 // Rejects returns why ev cannot be published as it is (it would go to the
 // dead-letter subject), or "" when it can.
 func (p *Publisher) Rejects(ev *decode.Event) string {
-	w := newWireMsg()
+	w := newWireMsg().withSource(p.cfg.Source)
 	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
 	p.sendMu.Lock() // guards maxSize
 	defer p.sendMu.Unlock()

@@ -18,7 +18,14 @@ type Read struct {
 	Since time.Time
 	// HeadersOnly leaves the payloads on the server.
 	HeadersOnly bool
+	// brief marks a short read (a lookup of the tail search): its consumer
+	// is removed by the server soon after, not after the default five
+	// minutes.
+	brief bool
 }
+
+// fetchBatch is how many messages one request of a read fetches.
+const fetchBatch = 1000
 
 // ForEach calls fn for every message on subjects stored from the starting
 // point up to the stream's last sequence at the time of the call, in
@@ -28,25 +35,37 @@ func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, re
 	if err != nil {
 		return fmt.Errorf("read stream info: %w", err)
 	}
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 || read.From > last {
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	return readRange(ctx, stream, info.Config.Name, subjects, read, info.State.LastSeq, fn)
+}
+
+// readRange is ForEach up to sequence last, on the stream called name.
+func readRange(ctx context.Context, stream jetstream.Stream, name string, subjects []string, read Read, last uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+	if read.From > last {
 		return nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, HeadersOnly: read.HeadersOnly}
+	if read.brief {
+		cfg.InactiveThreshold = 10 * time.Second
+	}
+	batchSize := fetchBatch
 	switch {
 	case read.From > 1:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read.From
+		batchSize = int(min(last-read.From+1, fetchBatch))
 	case !read.Since.IsZero():
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &read.Since
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+		return fmt.Errorf("read stream %q: %w", name, err)
 	}
 	for {
-		batch, err := cons.FetchNoWait(1000)
+		batch, err := cons.FetchNoWait(batchSize)
 		if err != nil {
-			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+			return fmt.Errorf("read stream %q: %w", name, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
@@ -64,12 +83,12 @@ func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, re
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+			return fmt.Errorf("read stream %q: %w", name, err)
 		}
 		if n == 0 {
 			ci, err := cons.Info(ctx)
 			if err != nil {
-				return fmt.Errorf("read stream %q: %w", info.Config.Name, err)
+				return fmt.Errorf("read stream %q: %w", name, err)
 			}
 			if ci.NumPending == 0 {
 				return nil // the rest is on other subjects
@@ -78,13 +97,79 @@ func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, re
 	}
 }
 
-// ReadTail calls fn, in stream order, for every relay message on subjects
-// whose commit LSN is at or after from: the events a slot confirmed at
-// from will replay and that the stream already holds. It finds where that
-// tail starts with a few lookups on searchSubject (exponential, then
-// binary search from the end), so its cost follows the tail's length, not
-// the stream's.
-func ReadTail(ctx context.Context, stream jetstream.Stream, subjects []string, searchSubject string, from pglogrepl.LSN, fn func(StoredEvent)) error {
+// Tail says what ReadTail reads.
+type Tail struct {
+	// Stream holds the events, on the template's filter Subject.
+	Stream  jetstream.Stream
+	Subject string
+	// DeadLetters is the stream that holds DeadLetterSubject when that is
+	// not Stream (see DeadLetterStream); nil when Stream holds it, or when
+	// no stream does.
+	DeadLetters       jetstream.Stream
+	DeadLetterSubject string
+	// From is the slot's confirmed position: the replay starts there.
+	From pglogrepl.LSN
+	// Source is the relay's. Only messages decoded from its very slot
+	// (Source.SameSlot) are read back: another relay's, an older relay's
+	// (without the Outbox-Source-* headers) or an earlier slot's are never
+	// taken for this one's, whatever their position.
+	Source Source
+}
+
+// ReadTail calls fn, in stream order (the events' stream, then the
+// dead-letter stream when it is another), for every message of the
+// relay's slot with a commit LSN at or after t.From: the events a slot
+// confirmed at From will replay and that the streams already hold.
+//
+// It finds where each stream's tail starts with a bounded number of
+// lookups (an exponential, then a binary search from the end; see
+// tailStart), so its cost follows the tail's length, not the stream's,
+// also when the stream holds long runs of rows published from a slot's
+// snapshot (commit LSN 0) or of messages from other relays.
+func ReadTail(ctx context.Context, t Tail, fn func(StoredEvent)) error {
+	if t.Source.Origin == 0 {
+		return nil // without the slot's creation point, no message can be known to be its
+	}
+	subjects := []string{t.Subject, t.DeadLetterSubject}
+	if t.DeadLetters != nil {
+		subjects = subjects[:1]
+	}
+	if err := readTailOf(ctx, t.Stream, subjects, t.Subject, t.From, t.Source, fn); err != nil {
+		return err
+	}
+	if t.DeadLetters == nil {
+		return nil
+	}
+	return readTailOf(ctx, t.DeadLetters, []string{t.DeadLetterSubject}, t.DeadLetterSubject, t.From, t.Source, fn)
+}
+
+// DeadLetterStream returns the stream that holds the dead-letter subject
+// when it is not events, or nil when events holds it or no stream does
+// (then no dead letter can have been stored since).
+func DeadLetterStream(ctx context.Context, js jetstream.JetStream, events jetstream.Stream, subject string) (jetstream.Stream, error) {
+	if coveredBy(events.CachedInfo().Config.Subjects, subject) {
+		return nil, nil
+	}
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up the stream of the dead-letter subject %q: %w", subject, err)
+	}
+	stream, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil // deleted meanwhile
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open dead-letter stream %q: %w", name, err)
+	}
+	return stream, nil
+}
+
+// readTailOf is ReadTail for one stream: the tail is searched for on
+// searchSubject and read on those of subjects the stream holds.
+func readTailOf(ctx context.Context, stream jetstream.Stream, subjects []string, searchSubject string, from pglogrepl.LSN, src Source, fn func(StoredEvent)) error {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read stream info: %w", err)
@@ -92,45 +177,98 @@ func ReadTail(ctx context.Context, stream jetstream.Stream, subjects []string, s
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	start, err := tailStart(ctx, stream, searchSubject, from, info.State.FirstSeq, info.State.LastSeq)
+	held := subjects[:0:0]
+	for _, s := range subjects {
+		if coveredBy(info.Config.Subjects, s) {
+			held = append(held, s)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	search := &tailSearch{stream: stream, name: info.Config.Name, subject: searchSubject, from: from, src: src, last: info.State.LastSeq}
+	start, err := search.start(ctx, info.State.FirstSeq)
 	if err != nil {
 		return err
 	}
-	return ForEach(ctx, stream, subjects, Read{From: start, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN >= from {
+	return readRange(ctx, stream, info.Config.Name, held, Read{From: start, HeadersOnly: true}, info.State.LastSeq, func(m *jetstream.RawStreamMsg) bool {
+		if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN >= from && src.SameSlot(ev.Source) {
 			fn(ev)
 		}
 		return true
 	})
 }
 
-// tailStart returns a sequence from which on every relay message on
-// subject has a commit LSN at or after from, with no such message before
-// it (last+1 when there is none). Messages of the relay are stored in
-// commit order, so "before from" holds for a prefix of the stream. Should
-// an out-of-order message mislead the search, the tail only starts late:
-// events are then published again, never skipped.
-func tailStart(ctx context.Context, stream jetstream.Stream, subject string, from pglogrepl.LSN, first, last uint64) (uint64, error) {
-	// before reports whether the first relay message at or after seq
-	// precedes from (false when there is none).
-	before := func(seq uint64) (bool, error) {
-		for {
-			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return false, nil
-			}
-			if err != nil {
-				return false, fmt.Errorf("read the stream's tail: %w", err)
-			}
-			// Messages published from the table (commit LSN 0: at the slot's
-			// creation, or by verify --republish) have no place in WAL order.
-			if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN != 0 {
-				return ev.Position.CommitLSN < from, nil
-			}
-			seq = m.Sequence + 1
-		}
+// tailSearch finds where, in one stream, the relay's messages reach the
+// position from.
+//
+// The relay's messages are stored in commit order, and the rows it
+// publishes from a slot's snapshot (commit LSN 0) come before everything
+// streamed from that slot, so "before from" holds for a prefix of them. A
+// message places the tail when it is the relay's by its source, any
+// incarnation of its slot (or carries no source: published by an older
+// relay, normally this one): by its commit LSN, LSN 0 counting as before.
+// Other relays' messages have no place in this order and are passed over.
+// Should a message mislead the search, the tail only starts early (more is
+// read) or late (events are published again): nothing is ever skipped on
+// the search's word, since ReadTail's caller compares ids.
+type tailSearch struct {
+	stream  jetstream.Stream
+	name    string
+	subject string
+	from    pglogrepl.LSN
+	src     Source
+	last    uint64
+}
+
+// places reports whether m places the tail and, if so, whether it comes
+// before from.
+func (s *tailSearch) places(m *jetstream.RawStreamMsg) (before, ok bool) {
+	ev, ok := ParseStored(m)
+	if !ok || !OwnedBy(ev, s.src) {
+		return false, false
 	}
-	if ok, err := before(last); err != nil || ok {
+	return ev.Position.CommitLSN < s.from, true
+}
+
+// before reports whether the first message at or after seq that places
+// the tail comes before from. It costs one lookup, and one batch read when
+// that message belongs to another relay; when the batch holds no message
+// that places the tail, it answers false, which can only make the tail
+// start earlier.
+func (s *tailSearch) before(ctx context.Context, seq uint64) (bool, error) {
+	m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(s.subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the stream's tail: %w", err)
+	}
+	if before, ok := s.places(m); ok {
+		return before, nil
+	}
+	if m.Sequence >= s.last {
+		return false, nil
+	}
+	var before, placed bool
+	err = readRange(ctx, s.stream, s.name, []string{s.subject}, Read{From: m.Sequence + 1, HeadersOnly: true, brief: true}, min(s.last, m.Sequence+fetchBatch),
+		func(m *jetstream.RawStreamMsg) bool {
+			before, placed = s.places(m)
+			return !placed
+		})
+	if err != nil {
+		return false, fmt.Errorf("read the stream's tail: %w", err)
+	}
+	return placed && before, nil
+}
+
+// start returns a sequence from which on every message of the relay has a
+// commit LSN at or after from, with none before it (last+1 when there is
+// none), in O(log n) calls to before: doubling steps back from the end,
+// then a binary search.
+func (s *tailSearch) start(ctx context.Context, first uint64) (uint64, error) {
+	last := s.last
+	if ok, err := s.before(ctx, last); err != nil || ok {
 		return last + 1, err
 	}
 	// Walk back in doubling steps to a sequence before from.
@@ -138,14 +276,14 @@ func tailStart(ctx context.Context, stream jetstream.Stream, subject string, fro
 	var lo uint64
 	for step := uint64(1); ; step *= 2 {
 		if last < first+step {
-			ok, err := before(first)
+			ok, err := s.before(ctx, first)
 			if err != nil || !ok {
 				return first, err
 			}
 			lo = first
 			break
 		}
-		ok, err := before(last - step)
+		ok, err := s.before(ctx, last-step)
 		if err != nil {
 			return 0, err
 		}
@@ -158,7 +296,7 @@ func tailStart(ctx context.Context, stream jetstream.Stream, subject string, fro
 	// before(lo) holds, before(hi) does not: find where it changes.
 	for lo+1 < hi {
 		mid := lo + (hi-lo)/2
-		ok, err := before(mid)
+		ok, err := s.before(ctx, mid)
 		if err != nil {
 			return 0, err
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 )
@@ -98,5 +99,85 @@ func TestDeadLetterMessage(t *testing.T) {
 	w.fillDeadLetter(&decode.Event{Problem: "id is NULL", Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x10, Index: 2}}, "dlq", "r", "s", "id is NULL", 1000)
 	if got := w.msg.Header.Get(HeaderMsgID); got != DeadLetterMsgIDPrefix+"0/10#2" || string(w.msg.Data) != `{}` {
 		t.Errorf("dead letter without id: Nats-Msg-Id %q, data %q", got, w.msg.Data)
+	}
+}
+
+// TestWireSource: every message, dead letters too, carries the stamp's
+// source; a new source (the slot's creation point, a new timeline) reaches
+// the next message; filling a message allocates nothing.
+func TestWireSource(t *testing.T) {
+	stamp := NewStamp(Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay"})
+	w := newWireMsg().withSource(stamp)
+	ev := &decode.Event{ID: "id-1", AggregateType: "order", AggregateID: "42", EventType: "created",
+		Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x16B374D848, Index: 3}}
+	w.fillEvent(ev, "outbox.order.created", "r")
+	h := w.msg.Header
+	for k, v := range map[string]string{HeaderSourceSystem: "7301234567890123456", HeaderSourceTimeline: "1", HeaderSourceSlot: "outbox_relay"} {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if _, ok := h[HeaderSourceOrigin]; ok {
+		t.Errorf("origin stamped before it is known: %v", h)
+	}
+	stamp.Set(Source{System: "7301234567890123456", Timeline: 2, Slot: "outbox_relay", Origin: 0x1A2B3C4})
+	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "too large", 1000)
+	if h := w.msg.Header; h.Get(HeaderSourceOrigin) != "0/1A2B3C4" || h.Get(HeaderSourceTimeline) != "2" {
+		t.Errorf("dead letter after Set: %v", h)
+	}
+	got, ok := ParseStored(&jetstream.RawStreamMsg{Header: w.msg.Header})
+	if want := stamp.Source(); !ok || got.Source != want {
+		t.Errorf("ParseStored source %+v (ok %v), want %+v", got.Source, ok, want)
+	}
+	// Source.SetHeaders writes what the wire writes.
+	hh := nats.Header{}
+	stamp.Source().SetHeaders(hh)
+	for _, k := range []string{HeaderSourceSystem, HeaderSourceTimeline, HeaderSourceSlot, HeaderSourceOrigin} {
+		if hh.Get(k) != w.msg.Header.Get(k) {
+			t.Errorf("SetHeaders %s = %q, wire %q", k, hh.Get(k), w.msg.Header.Get(k))
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { w.fillEvent(ev, "outbox.order.created", "r") }); n != 0 {
+		t.Errorf("filling a stamped message allocates %v times", n)
+	}
+}
+
+func TestParseStoredSource(t *testing.T) {
+	base := func() nats.Header {
+		return nats.Header{HeaderMsgID: {"a"}, HeaderCommitLSN: {"0/10"}, HeaderTxnIndex: {"0"}}
+	}
+	h := base()
+	if ev, ok := ParseStored(&jetstream.RawStreamMsg{Header: h}); !ok || !ev.Source.IsZero() {
+		t.Errorf("a message of an older relay: %+v %v", ev, ok)
+	}
+	for _, bad := range []struct{ key, value string }{{HeaderSourceTimeline, "x"}, {HeaderSourceTimeline, ""}, {HeaderSourceOrigin, "nope"}} {
+		h := base()
+		Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}.SetHeaders(h)
+		h.Set(bad.key, bad.value)
+		if bad.value == "" {
+			h.Del(bad.key)
+		}
+		if _, ok := ParseStored(&jetstream.RawStreamMsg{Header: h}); ok {
+			t.Errorf("a source with %s %q was read", bad.key, bad.value)
+		}
+	}
+	me := Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x10}
+	for _, c := range []struct {
+		m                   Source
+		sameRelay, sameSlot bool
+	}{
+		{Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}, true, true}, // another timeline: still the slot
+		{Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x20}, true, false},
+		{Source{System: "1", Timeline: 2, Slot: "s"}, true, false},
+		{Source{System: "1", Timeline: 2, Slot: "t", Origin: 0x10}, false, false},
+		{Source{System: "2", Timeline: 2, Slot: "s", Origin: 0x10}, false, false},
+		{Source{}, false, false},
+	} {
+		if me.SameRelay(c.m) != c.sameRelay || me.SameSlot(c.m) != c.sameSlot {
+			t.Errorf("%+v: SameRelay %v SameSlot %v, want %v %v", c.m, me.SameRelay(c.m), me.SameSlot(c.m), c.sameRelay, c.sameSlot)
+		}
+	}
+	if (Source{System: "1", Slot: "s"}).SameSlot(Source{System: "1", Slot: "s"}) {
+		t.Error("two unknown creation points taken for the same slot")
 	}
 }

@@ -33,6 +33,13 @@ type Options struct {
 	// Since and Until bound created_at of the rows (and Outbox-Created-At of
 	// the messages) compared; zero means unbounded.
 	Since, Until time.Time
+	// Source, when set, is the relay's: messages stamped by another relay
+	// (another cluster or slot, see sink.Source.SameRelay) sharing the
+	// stream are left out. Messages without a source, published by relays
+	// older than the Outbox-Source-* headers, count as this relay's. When
+	// unset, the source a stream from sink.WithSource carries is used; with
+	// neither, every relay message counts.
+	Source sink.Source
 }
 
 // clockMargin is how far before Since the stream is read: more than any
@@ -102,6 +109,9 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 	if err != nil {
 		return Report{}, err
 	}
+	if opts.Source.IsZero() {
+		opts.Source, _ = sink.SourceOf(stream)
+	}
 	c := newComparison(rows, opts)
 	// Messages are chosen by their Outbox-Created-At; the stream is only
 	// read from a margin before Since, because its stored times come from
@@ -144,6 +154,9 @@ func newComparison(rows map[string]struct{}, opts Options) *comparison {
 // add takes the next stored message, in stream order.
 func (c *comparison) add(m *jetstream.RawStreamMsg) {
 	ev, ok := sink.ParseStored(m)
+	if ok && !sink.OwnedBy(ev, c.opts.Source) {
+		return // another relay's message, in a shared stream
+	}
 	switch in, known := inRange(m.Header.Get(sink.HeaderCreatedAt), c.opts); {
 	case known && !in:
 		return // outside the compared range

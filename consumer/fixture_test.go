@@ -1,0 +1,188 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// fixture is a test's database (migrated, with an effects table) and a
+// stream holding events as the relay publishes them.
+type fixture struct {
+	t   *testing.T
+	env *relaytest.Env
+	js  jetstream.JetStream
+}
+
+const testStream = "OUTBOX"
+
+func newFixture(t *testing.T, streamCfg ...func(*jetstream.StreamConfig)) *fixture {
+	t.Helper()
+	env := relaytest.NewEnv(t, server)
+	env.Exec(`CREATE TABLE effects (event_id text NOT NULL, handled_by text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	cfg := jetstream.StreamConfig{Name: testStream, Subjects: []string{"outbox.>"}, Storage: jetstream.FileStorage}
+	for _, f := range streamCfg {
+		f(&cfg)
+	}
+	if _, err := env.JS.CreateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, env: env, js: env.JS}
+}
+
+// consumer creates the durable pull consumer name.
+func (f *fixture) consumer(name string, ackWait time.Duration) jetstream.Consumer {
+	f.t.Helper()
+	c, err := f.js.CreateOrUpdateConsumer(context.Background(), testStream, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// publish stores the relay's message for an event with this id, payload
+// and aggregate, and returns its stream sequence.
+func (f *fixture) publish(id, aggregateID, payload string) uint64 {
+	f.t.Helper()
+	ev := &decode.Event{ID: id, AggregateType: "order", AggregateID: aggregateID, EventType: "order.created",
+		CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(payload)}
+	return f.publishMsg(sink.EventMsg(ev, "outbox.order.order%2Ecreated"))
+}
+
+func (f *fixture) publishMsg(msg *nats.Msg) uint64 {
+	f.t.Helper()
+	ack, err := f.js.PublishMsg(context.Background(), msg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// info reads the consumer's state on the server.
+func (f *fixture) info(name string) *jetstream.ConsumerInfo {
+	f.t.Helper()
+	c, err := f.js.Consumer(context.Background(), testStream, name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return info
+}
+
+// settled reports whether the consumer has nothing pending or unacked up to
+// seq.
+func (f *fixture) settled(name string, seq uint64) bool {
+	info := f.info(name)
+	return info.AckFloor.Stream >= seq && info.NumAckPending == 0 && info.NumPending == 0
+}
+
+// effects counts the effects of each event.
+func (f *fixture) effects() map[string]int {
+	f.t.Helper()
+	rows, err := f.env.Pool.Query(context.Background(), `SELECT event_id, count(*) FROM effects GROUP BY event_id`)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			f.t.Fatal(err)
+		}
+		out[id] = n
+	}
+	return out
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.env.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// running is a Consumer running in the test process.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	logs   *syncBuffer
+}
+
+// run starts a Consumer on cons and stops it when the test ends.
+func (f *fixture) run(cons jetstream.Consumer, h Handler, opts ...Option) *running {
+	f.t.Helper()
+	logs := &syncBuffer{}
+	opts = append([]Option{WithLogger(zerolog.New(logs).Level(zerolog.DebugLevel))}, opts...)
+	c, err := New(f.env.Pool, cons, h, opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), logs: logs}
+	go func() { r.done <- c.Run(ctx) }()
+	f.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			f.t.Error("consumer did not stop within 30 s")
+		}
+		if f.t.Failed() {
+			f.t.Logf("consumer log:\n%s", logs.String())
+		}
+	})
+	return r
+}
+
+// stop cancels the consumer and returns Run's result.
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of the cancel")
+		return nil
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func eventID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }

@@ -1,0 +1,132 @@
+package outbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Event is one outbox row to write.
+type Event struct {
+	// AggregateType and AggregateID name the entity the event belongs to
+	// (the seed's "order" and the order's id); the relay keeps the events
+	// of one aggregate in order. EventType is the name consumers expect
+	// ("order.created"). All three are required, at most MaxFieldLength
+	// characters each.
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload is the message body. []byte and json.RawMessage are taken
+	// as JSON text and checked; any other value (a struct, a map, a
+	// string) is encoded with encoding/json. Nil is refused: write
+	// json.RawMessage("null") or "{}" if an empty body is meant.
+	Payload any
+}
+
+// MaxFieldLength is the longest AggregateType, AggregateID or EventType in
+// characters: the varchar(100) of the seed's schema.
+const MaxFieldLength = 100
+
+// Errors a Write returns for input it refuses before sending anything;
+// compare with errors.Is.
+var (
+	// ErrInvalidEvent: an aggregate type, aggregate id or event type that
+	// is empty, too long, not UTF-8 or holds a NUL byte.
+	ErrInvalidEvent = errors.New("invalid outbox event")
+	// ErrInvalidPayload: a payload that is nil, cannot be encoded, is not
+	// JSON, or is JSON that Postgres's jsonb refuses.
+	ErrInvalidPayload = errors.New("invalid outbox payload")
+	// ErrPayloadTooLarge: a payload that, as the relay publishes it, would
+	// not fit in the configured maximum message size.
+	ErrPayloadTooLarge = errors.New("outbox payload too large")
+)
+
+// row is a validated event, ready for the statement.
+type row struct {
+	aggregateType, aggregateID, eventType string
+	payload                               string
+}
+
+// prepare checks ev (the index-th event of the call) and returns its row.
+func prepare(index int, ev Event, maxMessage int) (row, error) {
+	fields := [...]struct{ name, value string }{
+		{"aggregate_type", ev.AggregateType},
+		{"aggregate_id", ev.AggregateID},
+		{"event_type", ev.EventType},
+	}
+	headerBytes := headerReserve
+	for _, f := range fields {
+		if err := checkField(f.value); err != nil {
+			return row{}, fmt.Errorf("outbox event %d: %s %w: %w", index, f.name, err, ErrInvalidEvent)
+		}
+		headerBytes += 3 * len(f.value) // a header value percent-encoded at worst
+	}
+	text, err := payloadText(ev.Payload)
+	if err != nil {
+		return row{}, fmt.Errorf("outbox event %d (%s): payload %w: %w", index, ev.EventType, err, ErrInvalidPayload)
+	}
+	size, err := jsonbSize(text)
+	if err != nil {
+		return row{}, fmt.Errorf("outbox event %d (%s): payload %w: %w", index, ev.EventType, err, ErrInvalidPayload)
+	}
+	if size+headerBytes > maxMessage {
+		return row{}, fmt.Errorf("outbox event %d (%s): payload is %d bytes as published (jsonb text form) and the relay's headers up to %d more, over the maximum message size of %d bytes: %w",
+			index, ev.EventType, size, headerBytes, maxMessage, ErrPayloadTooLarge)
+	}
+	return row{ev.AggregateType, ev.AggregateID, ev.EventType, string(text)}, nil
+}
+
+// headerReserve is room for the headers the relay adds to every message
+// besides the three row values (Nats-Msg-Id, Outbox-Created-At,
+// Outbox-Commit-Lsn, Outbox-Txn-Index, Outbox-Percent-Encoded: about 350
+// bytes today), with a margin for headers to come.
+const headerReserve = 1024
+
+func checkField(v string) error {
+	switch {
+	case v == "":
+		return errors.New("is empty")
+	case !utf8.ValidString(v):
+		return errors.New("is not valid UTF-8")
+	case strings.IndexByte(v, 0) >= 0:
+		return errors.New("contains a NUL byte, which Postgres text cannot hold")
+	case utf8.RuneCountInString(v) > MaxFieldLength:
+		return fmt.Errorf("is %d characters long, over the column's %d", utf8.RuneCountInString(v), MaxFieldLength)
+	}
+	return nil
+}
+
+// payloadText returns the payload as JSON text.
+func payloadText(p any) ([]byte, error) {
+	var text []byte
+	switch v := p.(type) {
+	case nil:
+		return nil, errors.New("is nil (use json.RawMessage(\"null\") or \"{}\" for an empty body)")
+	case json.RawMessage:
+		text = v
+	case []byte:
+		text = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("cannot be encoded as JSON: %w", err)
+		}
+		return b, nil
+	}
+	if !utf8.Valid(text) {
+		return nil, errors.New("is not valid UTF-8")
+	}
+	if !json.Valid(text) {
+		if len(text) == 0 {
+			return nil, errors.New("is empty, which is not JSON")
+		}
+		var syntax *json.SyntaxError
+		if err := json.Unmarshal(text, new(json.RawMessage)); errors.As(err, &syntax) {
+			return nil, fmt.Errorf("is not JSON: %v at byte %d", syntax, syntax.Offset)
+		}
+		return nil, errors.New("is not JSON")
+	}
+	return text, nil
+}

@@ -1,0 +1,34 @@
+-- Queries for sqlc users writing and reading the outbox table, as in the
+-- seed article's "sqlc integration". Point sqlc's schema at the article's
+-- CREATE TABLE outbox_events (the one `outbox-relay migrate` applies, see
+-- migrations/sql/00001_outbox_table.sql). The consumer's queries are in
+-- consumer/queries.sql.
+--
+-- sqlc generates no validation: a payload that is not JSON, holds \u0000 or
+-- is larger than the stream's max_payload fails at the INSERT (aborting the
+-- caller's transaction) or at the relay (a dead letter). The outbox package
+-- (outbox.Write, outbox.WriteSQL) checks all of that before it sends the
+-- same statements.
+
+-- name: InsertOutboxEvent :one
+-- One event; returns its id, the message's Nats-Msg-Id.
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+VALUES (@aggregate_type, @aggregate_id, @event_type, @payload)
+RETURNING id;
+
+-- name: InsertOutboxEvents :many
+-- Many events in one statement, from parallel arrays (payloads as JSON
+-- text); the ids come back in the order of the arrays, which is the order
+-- the relay publishes them in.
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+SELECT u.aggregate_type, u.aggregate_id, u.event_type, u.payload::jsonb
+FROM unnest(@aggregate_types::text[], @aggregate_ids::text[], @event_types::text[], @payloads::text[])
+    WITH ORDINALITY AS u(aggregate_type, aggregate_id, event_type, payload, n)
+ORDER BY u.n
+RETURNING id;
+
+-- name: OutboxPendingCount :one
+-- The article's pending count. With the WAL relay rows are never marked
+-- processed, so this counts rows not yet removed, not events unpublished:
+-- ask `outbox-relay status` for the relay's lag.
+SELECT COUNT(*) FROM outbox_events WHERE processed_at IS NULL;

@@ -1,0 +1,228 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// Tx is what Write needs of a pgx transaction. pgx.Tx, *pgxpool.Tx and
+// *pgx.Conn have it.
+type Tx interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// SQLTx is what WriteSQL needs of a database/sql transaction. *sql.Tx and
+// *sql.Conn have it. Any Postgres driver works (pgx's stdlib, lib/pq): the
+// arguments are plain strings.
+type SQLTx interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// DefaultMaxPayload is the default maximum message size: NATS's default
+// max_payload, 1 MiB.
+const DefaultMaxPayload = 1 << 20
+
+// A Writer writes events to one outbox table. It is safe for concurrent use.
+type Writer struct {
+	table      decode.Table
+	maxMessage int
+	insertSQL  string
+}
+
+// Option configures a Writer.
+type Option func(*Writer) error
+
+// WithTable writes to table ("schema.table" or "table" in schema public,
+// lower-case letters, digits and underscores, like the relay's --table)
+// instead of public.outbox_events.
+func WithTable(table string) Option {
+	return func(w *Writer) error {
+		t, err := decode.ParseTable(table)
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		w.table = t
+		return nil
+	}
+}
+
+// WithMaxPayload sets the largest message the relay may publish, in bytes:
+// the NATS server's max_payload, or the stream's max_msg_size when that is
+// smaller. An event whose payload, in the form the relay publishes it, and
+// the relay's headers would not fit is refused with ErrPayloadTooLarge
+// rather than reaching the stream's dead letters. The default is
+// DefaultMaxPayload.
+func WithMaxPayload(bytes int) Option {
+	return func(w *Writer) error {
+		if bytes <= headerReserve {
+			return fmt.Errorf("outbox: maximum payload %d bytes: want more than %d (room for the relay's headers)", bytes, headerReserve)
+		}
+		w.maxMessage = bytes
+		return nil
+	}
+}
+
+// NewWriter returns a Writer for public.outbox_events, or the table
+// WithTable names.
+func NewWriter(opts ...Option) (*Writer, error) {
+	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload}
+	for _, o := range opts {
+		if err := o(w); err != nil {
+			return nil, err
+		}
+	}
+	w.insertSQL = insertSQL(w.table)
+	return w, nil
+}
+
+var defaultWriter, _ = NewWriter()
+
+// Write writes events to public.outbox_events in tx with the default
+// limits; see Writer.Write.
+func Write(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
+	return defaultWriter.Write(ctx, tx, events...)
+}
+
+// WriteSQL writes events to public.outbox_events in tx with the default
+// limits; see Writer.WriteSQL.
+func WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
+	return defaultWriter.WriteSQL(ctx, tx, events...)
+}
+
+// Table returns the table w writes to.
+func (w *Writer) Table() decode.Table { return w.table }
+
+// insertSQL is one statement for any number of events: the rows come
+// from four parallel text arrays, inserted in array order, so the ids come
+// back in the order of the events. The payload is cast from text so that
+// no driver has to know how to encode jsonb.
+func insertSQL(t decode.Table) string {
+	return `INSERT INTO ` + t.Quoted() + ` (aggregate_type, aggregate_id, event_type, payload)
+SELECT u.aggregate_type, u.aggregate_id, u.event_type, u.payload::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(aggregate_type, aggregate_id, event_type, payload, n)
+ORDER BY u.n
+RETURNING id::text`
+}
+
+// Write inserts events into the outbox table in tx, with one statement,
+// and returns their ids in the order of events. It checks every event
+// first: if one is invalid, nothing is sent and tx stays usable. Writing
+// no events does nothing.
+func (w *Writer) Write(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
+	cols, err := w.columns(events)
+	if err != nil || cols == nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, w.insertSQL, cols[0], cols[1], cols[2], cols[3])
+	if err != nil {
+		return nil, w.insertErr(err)
+	}
+	ids := make([]string, 0, len(events))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, w.insertErr(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, w.insertErr(err)
+	}
+	return w.checkIDs(ids, len(events))
+}
+
+// WriteSQL is Write for database/sql. The arrays travel as Postgres array
+// literals, which every driver passes as text.
+func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
+	cols, err := w.columns(events)
+	if err != nil || cols == nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, w.insertSQL,
+		arrayLiteral(cols[0]), arrayLiteral(cols[1]), arrayLiteral(cols[2]), arrayLiteral(cols[3]))
+	if err != nil {
+		return nil, w.insertErr(err)
+	}
+	defer rows.Close()
+	ids := make([]string, 0, len(events))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, w.insertErr(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, w.insertErr(err)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, w.insertErr(err)
+	}
+	return w.checkIDs(ids, len(events))
+}
+
+// columns validates events and returns the statement's four arrays, or
+// nil for no events.
+func (w *Writer) columns(events []Event) (*[4][]string, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	var cols [4][]string
+	for i := range cols {
+		cols[i] = make([]string, len(events))
+	}
+	for i, ev := range events {
+		r, err := prepare(i, ev, w.maxMessage)
+		if err != nil {
+			return nil, err
+		}
+		cols[0][i], cols[1][i], cols[2][i], cols[3][i] = r.aggregateType, r.aggregateID, r.eventType, r.payload
+	}
+	return &cols, nil
+}
+
+func (w *Writer) insertErr(err error) error {
+	return fmt.Errorf("insert outbox events into %s: %w", w.table, err)
+}
+
+func (w *Writer) checkIDs(ids []string, want int) ([]string, error) {
+	if len(ids) != want {
+		return nil, fmt.Errorf("insert outbox events into %s: %d ids returned for %d events", w.table, len(ids), want)
+	}
+	return ids, nil
+}
+
+// arrayLiteral writes values as a Postgres text[] literal: every element
+// quoted, '"' and '\' escaped with a backslash, so no value can be read as
+// NULL, split or trimmed.
+func arrayLiteral(values []string) string {
+	n := 2
+	for _, v := range values {
+		n += len(v) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('{')
+	for i, v := range values {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(v); j++ {
+			if c := v[j]; c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(v[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}

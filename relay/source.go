@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// source keeps the relay's sink.Source, which every message it publishes
+// carries, up to date: the cluster's system identifier and timeline
+// (IDENTIFY_SYSTEM) at start and before each replication session, the
+// slot's creation point (from the relay's record) once the slot is taken
+// up. Reading the stream back, the relay trusts only the messages of its
+// own slot.
+type source struct {
+	repl  *pgconn.Config
+	stamp *sink.Stamp
+	js    jetstream.JetStream
+	log   zerolog.Logger
+	// otherLogs limits the warning about replayed events whose position
+	// the stream holds with another id.
+	otherLogs *retry.LogLimiter
+}
+
+// newSource identifies the Postgres system the relay streams from. The
+// slot's creation point is not known yet: see slotTakenUp.
+func newSource(ctx context.Context, repl *pgconn.Config, slot string, nc *nats.Conn, log zerolog.Logger) (*source, error) {
+	id, err := identifySystem(ctx, repl)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	return &source{
+		repl:      repl,
+		stamp:     sink.NewStamp(sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: slot}),
+		js:        js,
+		log:       log,
+		otherLogs: retry.NewLogLimiter(),
+	}, nil
+}
+
+// identifySystem runs IDENTIFY_SYSTEM on a replication connection of its
+// own.
+func identifySystem(ctx context.Context, repl *pgconn.Config) (pglogrepl.IdentifySystemResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, repl)
+	if err != nil {
+		return pglogrepl.IdentifySystemResult{}, fmt.Errorf("open replication connection to %s: %w", replication.Describe(repl), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	id, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return id, fmt.Errorf("identify the Postgres system (IDENTIFY_SYSTEM): %w", err)
+	}
+	if id.SystemID == "" {
+		return id, errors.New("identify the Postgres system (IDENTIFY_SYSTEM): no system identifier")
+	}
+	return id, nil
+}
+
+// slotTakenUp stamps the slot's creation point, as the relay's record
+// holds it once the slot is taken up, on every message from now on.
+func (s *source) slotTakenUp(ctx context.Context, store *checkpoint.Store) error {
+	rec, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	src := s.stamp.Source()
+	src.Origin = rec.CreatedLSN
+	s.stamp.Set(src)
+	return nil
+}
+
+// refresh identifies the system again before a replication session. A
+// new timeline (a promotion, a point-in-time recovery) is stamped from now
+// on. Another system identifier means another cluster answers at the
+// relay's address with a slot of the same name: its positions say nothing
+// about what this relay confirmed, so the relay stops.
+func (s *source) refresh(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	id, err := identifySystem(ctx, s.repl)
+	if err != nil {
+		return err
+	}
+	src := s.stamp.Source()
+	if id.SystemID != src.System {
+		return &replication.FatalError{
+			Err: fmt.Errorf("the Postgres server is now another cluster (system identifier %s, was %s) with a slot named %q: it is not the slot this relay streamed from",
+				id.SystemID, src.System, src.Slot),
+			Hint: "point the relay back at its cluster, or repair from this one (--recreate-slot)",
+			Gap:  true,
+		}
+	}
+	if tl := uint32(id.Timeline); tl != src.Timeline {
+		s.log.Warn().Uint32("timeline", tl).Uint32("previous_timeline", src.Timeline).Str("slot", src.Slot).
+			Msg("the Postgres timeline changed (promotion or point-in-time recovery): stamping the new one; replayed events are skipped only where the stream holds the same event id at their position")
+		src.Timeline = tl
+		s.stamp.Set(src)
+	}
+	return nil
+}
+
+// Source returns the relay's source now (zero for a nil source).
+func (s *source) Source() sink.Source {
+	if s == nil {
+		return sink.Source{}
+	}
+	return s.stamp.Source()
+}
+
+// deadLetters returns the stream that holds the dead-letter subject when
+// events does not, or nil.
+func (s *source) deadLetters(ctx context.Context, events jetstream.Stream, subject string) (jetstream.Stream, error) {
+	if s == nil {
+		return nil, nil
+	}
+	return sink.DeadLetterStream(ctx, s.js, events, subject)
+}
+
+// otherEventAt notes a replayed event whose position the stream holds
+// with another id: it is published, not skipped.
+func (s *source) otherEventAt(ev *decode.Event, stored string) {
+	if s == nil || !s.otherLogs.Allow() {
+		return
+	}
+	s.log.Warn().Str("event_id", ev.ID).Str("stored_id", stored).Str("lsn", ev.Position.String()).
+		Msg("the stream holds another event at this replayed event's position (a timeline change, or another writer): publishing it")
+}

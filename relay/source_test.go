@@ -1,0 +1,190 @@
+package relay
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/verify"
+)
+
+// Two relays share one stream and subject template, and their commit
+// positions overlap (relay A streams from another cluster). Relay B
+// stored the first event of a transaction and died before the second was
+// stored; A's message sits at the second one's position. B's next event
+// was stored, before a point-in-time recovery, at the same position with
+// another id. When B's slot replays, B must skip exactly its own stored
+// event and publish the other two. Before the fix it skipped all three:
+// the skip set trusted any message's position.
+func TestTwoRelaysShareAStream(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	cfg := testConfig(t, env)
+	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
+	first := env.Tx(relaytest.NewRow("order", "1", "created", `{"n":1}`), relaytest.NewRow("order", "1", "paid", `{"n":2}`))
+	second := env.Tx(relaytest.NewRow("order", "2", "created", `{"n":3}`))
+	commits := commitLSNs(t, env)
+	if len(commits) != 2 {
+		t.Fatalf("the slot will replay %d transactions, want 2", len(commits))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, repl, err := replication.ParseConnString(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := identifySystem(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: env.Slot, Origin: loadRecord(t, env).CreatedLSN}
+	a := sink.Source{System: "1", Timeline: 1, Slot: env.Slot, Origin: b.Origin}
+	earlierTimeline := b
+	earlierTimeline.Timeline++
+	stream := env.StreamHandle(10 * time.Second)
+	for _, m := range []struct {
+		id, eventType string
+		at            decode.Position
+		src           sink.Source
+	}{
+		{first[0], "created", decode.Position{CommitLSN: commits[0], Index: 0}, b},
+		{"relay-a-event", "paid", decode.Position{CommitLSN: commits[0], Index: 1}, a},
+		{"lost-timeline-event", "created", decode.Position{CommitLSN: commits[1], Index: 0}, earlierTimeline},
+	} {
+		ev := &decode.Event{ID: m.id, AggregateType: "order", AggregateID: "1", EventType: m.eventType,
+			CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(`{}`), Position: m.at}
+		msg := sink.EventMsg(ev, cfg.Subject.Render(ev))
+		m.src.SetHeaders(msg.Header)
+		if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not synchronisation: past the stream's duplicate window, only the
+	// relay can keep its stored event from being stored twice.
+	time.Sleep(cfg.DuplicateWindow + 200*time.Millisecond)
+
+	runUntilCaughtUp(t, env, cfg)
+	counts := map[string]int{}
+	err = verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(sink.HeaderMsgID)]++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{first[0], first[1], second[0], "relay-a-event", "lost-timeline-event"} {
+		if counts[id] != 1 {
+			t.Errorf("event %s stored %d times, want once (stream: %v)", id, counts[id], counts)
+		}
+	}
+	// verify, given the relay's source, leaves relay A's message out.
+	rep, err := verify.Run(ctx, env.Pool, stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Source: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Missing) != 0 || !slices.Equal(rep.Extra, []string{"lost-timeline-event"}) {
+		t.Errorf("verify with the relay's source: missing %v, extra %v; want none missing, the lost timeline's event extra", rep.Missing, rep.Extra)
+	}
+}
+
+// A replayed event whose position the stream holds with another id is
+// not skipped.
+func TestSkipNeedsTheStoredID(t *testing.T) {
+	p := &pipeline{tracker: checkpoint.NewTracker(0), stored: &checkpoint.Stored{}, skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "skipped"})}
+	at := decode.Position{CommitLSN: 0x16B3748, Index: 1}
+	p.stored.Add(at, "stored-id")
+	noID := decode.Position{CommitLSN: 0x16B3748, Index: 2}
+	p.stored.Add(noID, noID.String()) // a dead letter without an id: its Nats-Msg-Id names the position
+	for _, c := range []struct {
+		ev   decode.Event
+		skip bool
+	}{
+		{decode.Event{ID: "stored-id", Position: at}, true},
+		{decode.Event{ID: "another-id", Position: at}, false},
+		{decode.Event{ID: "stored-id", Position: decode.Position{CommitLSN: 0x16B3748, Index: 0}}, false},
+		{decode.Event{ID: "", Problem: "id is NULL", Position: noID}, true},
+	} {
+		if got := p.skip(&c.ev); got != c.skip {
+			t.Errorf("event %q at %s: skipped %v, want %v", c.ev.ID, c.ev.Position, got, c.skip)
+		}
+	}
+}
+
+// commitLSNs returns the commit LSNs of the transactions with outbox
+// inserts the slot will replay, in order.
+func commitLSNs(t *testing.T, env *relaytest.Env) []pglogrepl.LSN {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+		'proto_version', '1', 'publication_names', $2)`, env.Slot, env.Pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []pglogrepl.LSN
+	var begin pglogrepl.LSN
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := pglogrepl.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pglogrepl.BeginMessage:
+			begin = m.FinalLSN
+		case *pglogrepl.InsertMessage:
+			if len(out) == 0 || out[len(out)-1] != begin {
+				out = append(out, begin)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runUntilCaughtUp runs the relay until its slot has confirmed everything
+// written so far, then stops it.
+func runUntilCaughtUp(t *testing.T, env *relaytest.Env, cfg Config) {
+	t.Helper()
+	nc, err := nats.Connect(env.NATSURL, nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	target := env.WALPosition()
+	waitFor(t, time.Minute, "the slot to confirm the replayed transactions", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		return env.SlotInfo().ConfirmedFlush >= target
+	})
+}
