@@ -141,7 +141,27 @@ func (t *takenUp) close() {
 	if t.pub != nil {
 		t.pub.Close()
 	}
-	t.pool.Close()
+	closePool(t.pool)
+}
+
+// poolCloseWait bounds how long stopping waits for the pool's connections
+// to close. With Postgres unreachable pgx waits up to 15 s per connection
+// for a cancel request nobody answers; nothing is left to say to Postgres
+// by then (the final status update went out or was given up), so the
+// relay exits rather than wait, and the closing goes on until the
+// process ends.
+const poolCloseWait = time.Second
+
+func closePool(pool *pgxpool.Pool) {
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(poolCloseWait):
+	}
 }
 
 // takeUp connects, checks the setup, provisions the stream, starts the

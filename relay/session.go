@@ -46,9 +46,18 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 			DeadLetters: dead, DeadLetterSubject: cfg.DeadLetterSubject,
 			From: info.ConfirmedFlush, Source: pipe.source.Source(),
 		}
-		err = sink.ReadTail(rctx, tail, func(ev sink.StoredEvent) { stored.Add(ev.Position, ev.ID) })
+		var deadLetters []sink.StoredEvent
+		err = sink.ReadTail(rctx, tail, func(ev sink.StoredEvent) {
+			stored.Add(ev.Position, ev.ID)
+			if ev.DeadLetter {
+				deadLetters = append(deadLetters, ev)
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", info.ConfirmedFlush, err)
+		}
+		if err := recordStoredDeadLetters(ctx, s.store, deadLetters); err != nil {
+			return err
 		}
 		pipe.stored = stored
 		if stored.Len() > 0 {
@@ -57,4 +66,22 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		}
 		return nil
 	}
+}
+
+// recordStoredDeadLetters records in Postgres the dead letters the stream
+// holds beyond the slot's position. Their events are skipped on replay, so
+// one whose PubAck arrived just before the relay died, before its record
+// was written, would otherwise never be listed. Recording one that is
+// listed already changes nothing (same commit: see Store.RecordDeadLetter).
+func recordStoredDeadLetters(ctx context.Context, store *checkpoint.Store, dead []sink.StoredEvent) error {
+	for _, ev := range dead {
+		key := ev.ID
+		if key == "" {
+			key = ev.Position.String()
+		}
+		if err := store.RecordDeadLetter(ctx, key, ev.Reason, ev.Position.CommitLSN); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -188,3 +188,47 @@ func runUntilCaughtUp(t *testing.T, env *relaytest.Env, cfg Config) {
 		return env.SlotInfo().ConfirmedFlush >= target
 	})
 }
+
+// A dead letter whose PubAck arrived just before the relay died, before
+// its record was written to Postgres: on replay the event is skipped (the
+// stream holds it), and the record is written from what the stream holds,
+// so `dlq list` and the dead-letter view still show it.
+func TestDeadLetterStoredButNotRecorded(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	cfg := testConfig(t, env)
+	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
+	ids := env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
+	commits := commitLSNs(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, repl, err := replication.ParseConnString(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := identifySystem(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: env.Slot, Origin: loadRecord(t, env).CreatedLSN}
+	ev := &decode.Event{ID: ids[0], AggregateType: "order", AggregateID: "1", EventType: "created",
+		CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(`{}`), Position: decode.Position{CommitLSN: commits[0]}}
+	msg := sink.EventMsg(ev, cfg.DeadLetterSubject)
+	msg.Header.Set(sink.HeaderMsgID, sink.DeadLetterMsgIDPrefix+ids[0])
+	msg.Header.Set(sink.HeaderDeadLetterReason, "refused by the stream")
+	src.SetHeaders(msg.Header)
+	if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+
+	runUntilCaughtUp(t, env, cfg)
+	var reason string
+	if err := env.Pool.QueryRow(ctx, `SELECT reason FROM `+checkpoint.DeadLettersTable+` WHERE event_id = $1`, ids[0]).Scan(&reason); err != nil {
+		t.Fatalf("the dead letter the stream holds was not recorded: %v", err)
+	}
+	if reason != "refused by the stream" {
+		t.Errorf("recorded reason %q", reason)
+	}
+	if n := env.CountStored(); n != 1 {
+		t.Errorf("stream holds %d messages, want the dead letter only", n)
+	}
+}

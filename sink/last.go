@@ -22,6 +22,8 @@ type StoredEvent struct {
 	ID         string
 	Position   decode.Position
 	DeadLetter bool
+	// Reason is why a dead letter was sent there.
+	Reason string
 	// Source is where the message says it comes from; zero for a message
 	// published by a relay older than the Outbox-Source-* headers.
 	Source Source
@@ -172,6 +174,7 @@ func ParseStored(msg *jetstream.RawStreamMsg) (StoredEvent, bool) {
 	}
 	if rest, ok := strings.CutPrefix(ev.ID, DeadLetterMsgIDPrefix); ok {
 		ev.ID, ev.DeadLetter = rest, true
+		ev.Reason = msg.Header.Get(HeaderDeadLetterReason)
 	}
 	return ev, true
 }
