@@ -13,6 +13,7 @@ type benchCmd struct {
 	NATSURL  string        `name:"nats-url" env:"OUTBOX_NATS_URL" help:"NATS to measure (JetStream enabled). Default: a nats-server in a process of its own."`
 	Events   int           `name:"events" default:"200000" help:"Backlog size of the drain runs (R1) and of the limits (L1, L2)."`
 	Big      int           `name:"big" default:"1000000" help:"Size of the resource runs (R3): a backlog and one transaction of this many events; 0 skips them."`
+	Cold     int           `name:"cold" default:"50000" help:"Backlog size of the cold-start drains (C1), at most --events: one-row and ten-row transactions of ~250-byte payloads and one-row transactions of ~4 KiB, and a tenth as many of ~64 KiB, each drained by a fresh relay process timed from its start, beside pg_recvlogical; 0 skips them."`
 	Rates    string        `name:"rates" default:"1000,2500,5000" help:"Insert rates (events/s) of the latency runs (R2)."`
 	Duration time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
 	Baseline int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
@@ -29,7 +30,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 		return err
 	}
 	return bench.Run(ctx, bench.Options{
-		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Rates: c.Rates, Duration: c.Duration,
+		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
 		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})

@@ -51,6 +51,9 @@ type Options struct {
 	Events int
 	// Big is the size of the resource runs (R3); 0 skips them.
 	Big int
+	// Cold is the backlog size of the cold-start drains (C1), at most
+	// Events; 0 skips them.
+	Cold int
 	// Rates are the insert rates (events/s) of the latency runs (R2),
 	// comma-separated.
 	Rates string
@@ -86,7 +89,10 @@ type bench struct {
 	js       jetstream.JetStream
 	dir      string
 	checked  int
-	report   *report
+	// coldChecked is how many events the cold-start drains' checks
+	// covered (apart from checked).
+	coldChecked int
+	report      *report
 }
 
 // Run runs every measurement and prints the report.
@@ -113,14 +119,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{b.limitsAndDrains, b.latencies, b.resources, b.baseline}
+	steps := []func(context.Context) error{b.limitsAndDrains, b.coldStarts, b.latencies, b.resources, b.baseline}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
-			b.report.print(opts.Out, b.checked)
+			b.report.print(opts.Out, b.checked, b.coldChecked)
 			return err
 		}
 	}
-	b.report.print(opts.Out, b.checked)
+	b.report.print(opts.Out, b.checked, b.coldChecked)
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,42 @@ func TestThousands(t *testing.T) {
 		if got := thousands(in); got != want {
 			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestStartupPhases: the relay's start-up read from its JSON log, as
+// offsets from its process start; lines not found stay 0.
+func TestStartupPhases(t *testing.T) {
+	started := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	log := `{"level":"info","time":"2026-12-03T09:00:00.020Z","message":"starting outbox relay"}
+not json
+{"level":"info","time":"2026-12-03T09:00:00.055Z","message":"taking up the replication slot"}
+{"level":"info","time":"2026-12-03T09:00:00.080Z","message":"streaming from the slot's confirmed position"}
+{"level":"info","time":"2026-12-03T09:00:09.000Z","message":"streaming from the slot's confirmed position"}
+`
+	file := filepath.Join(t.TempDir(), "relay.log")
+	if err := os.WriteFile(file, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nats, takenUp, streaming := startupPhases(file, started)
+	if nats != 20*time.Millisecond || takenUp != 55*time.Millisecond || streaming != 80*time.Millisecond {
+		t.Errorf("startupPhases = %s, %s, %s; want 20ms, 55ms, 80ms (the first session)", nats, takenUp, streaming)
+	}
+	if n, u, s := startupPhases(filepath.Join(t.TempDir(), "none.log"), started); n != 0 || u != 0 || s != 0 {
+		t.Errorf("startupPhases of a missing log = %s, %s, %s", n, u, s)
+	}
+}
+
+// TestColdCases: the 64 KiB run has a tenth of the events, never none.
+func TestColdCases(t *testing.T) {
+	cases := coldCases(50000)
+	if len(cases) != 4 || cases[0].events != 50000 || cases[1].perTxn != 10 || cases[3].events != 5000 || cases[3].payload != 64<<10 {
+		t.Errorf("coldCases(50000) = %+v", cases)
+	}
+	if got := coldCases(5)[3].events; got != 1 {
+		t.Errorf("coldCases(5): the 64 KiB run has %d events, want 1", got)
+	}
+	if size(250) != "250 B" || size(4096) != "4.0 KiB" {
+		t.Errorf("size: %q, %q", size(250), size(4096))
 	}
 }

@@ -79,16 +79,23 @@ func (b *bench) drain(ctx context.Context, sc scenario, n int, end pglogrepl.LSN
 
 // check ends every run: the table against the stream.
 func (b *bench) check(ctx context.Context, sc scenario, stream jetstream.Stream) error {
+	rows, err := b.verify(ctx, sc, stream)
+	b.checked += rows
+	return err
+}
+
+// verify compares the scenario's table with its stream and returns how
+// many rows it checked.
+func (b *bench) verify(ctx context.Context, sc scenario, stream jetstream.Stream) (int, error) {
 	rep, err := verify.Run(ctx, b.pool, stream, verify.Options{Table: sc.table, Subjects: []string{sc.subject.Filter(), sc.deadLetter}})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%s: table vs stream: %d missing, %d extra, %d duplicated, %d out of order", sc.name,
+		return 0, fmt.Errorf("%s: table vs stream: %d missing, %d extra, %d duplicated, %d out of order", sc.name,
 			len(rep.Missing), len(rep.Extra), len(rep.Duplicates), len(rep.OrderViolations))
 	}
-	b.checked += rep.Rows
-	return nil
+	return rep.Rows, nil
 }
 
 // waitLogLine waits until the relay's log file contains line.

@@ -22,8 +22,9 @@ import (
 )
 
 // pgRecvlogical measures how fast Postgres's own pg_recvlogical receives
-// the slot's WAL up to end (output to /dev/null).
-func pgRecvlogical(ctx context.Context, binDir, pgURL, slot, publication string, end pglogrepl.LSN) (time.Duration, error) {
+// the slot's WAL up to end (output to /dev/null): from its process start to
+// its exit, and the CPU time it used.
+func pgRecvlogical(ctx context.Context, binDir, pgURL, slot, publication string, end pglogrepl.LSN) (took, cpu time.Duration, err error) {
 	bin := "pg_recvlogical"
 	if binDir != "" {
 		bin = filepath.Join(binDir, bin)
@@ -33,9 +34,10 @@ func pgRecvlogical(ctx context.Context, binDir, pgURL, slot, publication string,
 	cmd.Stderr = os.Stderr
 	started := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("pg_recvlogical: %w", err)
+		return 0, 0, fmt.Errorf("pg_recvlogical: %w", err)
 	}
-	return time.Since(started), nil
+	took = time.Since(started)
+	return took, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // countingHandler receives and decodes like the relay but publishes

@@ -27,6 +27,7 @@ type report struct {
 	rows      []*benchRow
 	latencies []latencyResult
 	polls     []pollResult
+	colds     []coldResult
 }
 
 func (r *report) add(kind, what string, events int, took time.Duration) *benchRow {
@@ -51,8 +52,9 @@ func (r *report) find(kind string) *benchRow {
 }
 
 // print writes the tables; checked is how many events the table-vs-stream
-// checks covered.
-func (r *report) print(out io.Writer, checked int) {
+// checks of the other runs covered, coldChecked how many those of the
+// cold-start drains did.
+func (r *report) print(out io.Writer, checked, coldChecked int) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(out, "\nThroughput (one run, on this machine; Postgres, NATS and the relay share its cores)")
 	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\twalsender µs/event\t")
@@ -97,6 +99,8 @@ func (r *report) print(out io.Writer, checked int) {
 	}
 	w.Flush()
 
+	r.printColds(out, coldChecked)
+
 	if len(r.latencies) > 0 {
 		fmt.Fprintln(out, "\nLatency, commit to stored in the stream (one-row transactions from paced writers inside Postgres)")
 		fmt.Fprintln(w, "target rate\twriters\tachieved\tevents\tp50\tp99\tmax\tp99 incl. COMMIT's flush\tstored after last commit\tkeeps up\t")
@@ -138,7 +142,72 @@ func (r *report) print(out io.Writer, checked int) {
 		}
 		w.Flush()
 	}
-	fmt.Fprintf(out, "\nEvery relay run ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", checked)
+	every := "Every"
+	if len(r.colds) > 0 {
+		every = "Every other"
+	}
+	fmt.Fprintf(out, "\n%s relay run ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", every, checked)
+}
+
+// printColds writes the cold-start drains' tables.
+func (r *report) printColds(out io.Writer, checked int) {
+	if len(r.colds) == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(out, "\nCold start: a backlog written while no relay ran, then `run` at its defaults as a fresh process, timed from its process start;")
+	fmt.Fprintln(out, "pg_recvlogical on a second slot of the same backlog, timed from its process start; JetStream's limit for as many messages of the size")
+	fmt.Fprintln(w, "case\tevents\tpayload\tpg_recvlogical/s\trelay/s, start to last PubAck\tvs pg_recvlogical\trelay/s, first to last PubAck\tvs pg_recvlogical\tJetStream limit/s\trelay vs limit\t")
+	for _, c := range r.colds {
+		recv := float64(c.events) / c.recv.Seconds()
+		whole := float64(c.events) / c.lastStored.Seconds()
+		steady := float64(c.events-1) / (c.lastStored - c.firstStored).Seconds()
+		limit := float64(c.events) / c.limit.Seconds()
+		fmt.Fprintf(w, "C1 %s\t%d\t%s\t%s\t%s\t%.2f×\t%s\t%.2f×\t%s\t%.2f×\t\n", c.label, c.events, size(c.payloadBytes),
+			thousands(recv), thousands(whole), whole/recv, thousands(steady), steady/recv, thousands(limit), whole/limit)
+	}
+	w.Flush()
+	fmt.Fprintln(out, "\nCold start: MB/s of payload, and the relay's start-up from its process start (its log lines; the first PubAck is the first event's stored time)")
+	fmt.Fprintln(w, "case\tpg_recvlogical MB/s\trelay MB/s\tJetStream limit MB/s\tNATS connected\tslot taken up\tstreaming\tfirst PubAck\tlast PubAck\tslot confirmed\t")
+	for _, c := range r.colds {
+		mbs := func(d time.Duration) string { return fmt.Sprintf("%.1f", c.bytes()/d.Seconds()/1e6) }
+		fmt.Fprintf(w, "C1 %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.label, mbs(c.recv), mbs(c.lastStored), mbs(c.limit),
+			ms(c.natsUp), ms(c.takenUp), ms(c.streamed), ms(c.firstStored), ms(c.lastStored), ms(c.confirmed))
+	}
+	w.Flush()
+	fmt.Fprintln(out, "\nCold start: CPU µs per event of each pipeline (the relay's from its process start; the walsender serving each reader)")
+	fmt.Fprintln(w, "case\trelay\tnats-server\twalsender\trelay's pipeline\tpg_recvlogical\twalsender\tpg_recvlogical's pipeline\t")
+	for _, c := range r.colds {
+		d := c.drain
+		per := func(cpu time.Duration) string {
+			return fmt.Sprintf("%.1f", float64(cpu.Microseconds())/float64(c.events))
+		}
+		opt := func(cpu time.Duration, known bool) string {
+			if !known {
+				return "n/a"
+			}
+			return per(cpu)
+		}
+		relayTotal, recvTotal := "n/a", "n/a"
+		if d.natsKnown && d.walsndKnown {
+			relayTotal = per(d.relayCPU + d.natsCPU + d.walsndCPU)
+		}
+		if c.recvWalsndKnown {
+			recvTotal = per(c.recvCPU + c.recvWalsnd)
+		}
+		fmt.Fprintf(w, "C1 %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.label, per(d.relayCPU), opt(d.natsCPU, d.natsKnown), opt(d.walsndCPU, d.walsndKnown),
+			relayTotal, per(c.recvCPU), opt(c.recvWalsnd, c.recvWalsndKnown), recvTotal)
+	}
+	w.Flush()
+	fmt.Fprintf(out, "Each cold-start drain ended with the table-vs-stream check: %d events, none missing, extra, duplicated or out of order.\n", checked)
+}
+
+// size writes a payload size in B or KiB.
+func size(n int) string {
+	if n < 2048 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/1024)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

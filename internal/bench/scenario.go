@@ -56,8 +56,10 @@ func (s scenario) prepare(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := migrations.Apply(ctx, pool.Config().ConnConfig, migrations.Names{Table: s.table, Publication: s.publication}); err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, fillProcedure); err != nil {
-		return err
+	for _, proc := range []string{fillProcedure, fillSizedProcedure} {
+		if _, err := pool.Exec(ctx, proc); err != nil {
+			return err
+		}
 	}
 	paced := strings.NewReplacer("{{name}}", s.name, "{{table}}", s.table.Quoted()).Replace(pacedProcedure)
 	_, err := pool.Exec(ctx, paced)
@@ -81,6 +83,29 @@ BEGIN
 				'items', jsonb_build_array(jsonb_build_object('sku', 'sku-' || (g %% 50), 'qty', 1 + g %% 3)),
 				'note', repeat('x', 60))
 			FROM generate_series($1, $2) g$q$, tbl) USING i, least(i + per_txn, n) - 1;
+		COMMIT;
+		SET LOCAL synchronous_commit = off;
+		i := i + per_txn;
+	END LOOP;
+END $$`
+
+// fillSizedProcedure writes n outbox rows, per_txn rows per transaction,
+// with JSON payloads of about size bytes of text: an order whose line
+// items grow with the size (distinct values, so TOAST compresses them as
+// it would real documents, not as a run of one letter), padded to the
+// size with a note.
+const fillSizedProcedure = `CREATE OR REPLACE PROCEDURE outbox_bench_fill_sized(tbl regclass, n int, per_txn int, size int) LANGUAGE plpgsql AS $$
+DECLARE i int := 0;
+BEGIN
+	SET LOCAL synchronous_commit = off;
+	WHILE i < n LOOP
+		EXECUTE format($q$INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload)
+			SELECT 'order', (g %% 1000)::text, 'order.created', p || jsonb_build_object('note', repeat('x', greatest($3 - octet_length(p::text) - 12, 1)))
+			FROM (SELECT g, jsonb_build_object('order_id', g, 'customer_id', 'customer-' || (g %% 1000), 'total', (g %% 997) * 1.25, 'currency', 'EUR',
+					'items', (SELECT jsonb_agg(jsonb_build_object('sku', 'sku-' || ((g + k) %% 9973), 'qty', 1 + (g + k) %% 3,
+						'price', ((g * k) %% 10000) / 100.0, 'name', left(md5((g * 31 + k)::text), 16)))
+						FROM generate_series(1, greatest(($3 - 200) / 90, 1)) k)) AS p
+				FROM generate_series($1, $2) g) s$q$, tbl) USING i, least(i + per_txn, n) - 1, size;
 		COMMIT;
 		SET LOCAL synchronous_commit = off;
 		i := i + per_txn;
@@ -120,16 +145,30 @@ END $$`
 // fill writes n rows in transactions of perTxn rows and returns the WAL
 // position after them.
 func (s scenario) fill(ctx context.Context, pool *pgxpool.Pool, n, perTxn int) (pglogrepl.LSN, error) {
+	return s.call(ctx, pool, fmt.Sprintf("CALL outbox_bench_fill('%s', %d, %d)", s.table.Quoted(), n, perTxn))
+}
+
+// fillSized is fill with payloads of about size bytes.
+func (s scenario) fillSized(ctx context.Context, pool *pgxpool.Pool, n, perTxn, size int) (pglogrepl.LSN, error) {
+	return s.call(ctx, pool, fmt.Sprintf("CALL outbox_bench_fill_sized('%s', %d, %d, %d)", s.table.Quoted(), n, perTxn, size))
+}
+
+// call runs a fill procedure and returns the WAL insert position after
+// it: the end of its last commit record when nothing else writes. Not
+// pg_current_wal_lsn(), the position written so far: the procedures
+// commit asynchronously, and a reader stopping there (pg_recvlogical
+// --endpos) would miss the last events.
+func (s scenario) call(ctx context.Context, pool *pgxpool.Pool, sql string) (pglogrepl.LSN, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Release()
-	if _, err := conn.Conn().PgConn().Exec(ctx, fmt.Sprintf("CALL outbox_bench_fill('%s', %d, %d)", s.table.Quoted(), n, perTxn)).ReadAll(); err != nil {
+	if _, err := conn.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
 		return 0, fmt.Errorf("fill %s: %w", s.table, err)
 	}
 	var lsn pglogrepl.LSN
-	err = pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
 	return lsn, err
 }
 

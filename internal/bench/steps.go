@@ -37,7 +37,8 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 		}
 		b.progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
 		recv, err := b.readerLimit(ctx, "pg_recvlogical, "+label, "recv_"+sc.name, func() (time.Duration, error) {
-			return pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.publication, end)
+			took, _, err := pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.publication, end)
+			return took, err
 		})
 		if err != nil {
 			return err
@@ -87,6 +88,11 @@ func (b *bench) scenario(ctx context.Context, name string) (scenario, error) {
 // extra reader slots) exist, while no relay runs. It returns the WAL
 // position after them.
 func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers ...string) (pglogrepl.LSN, error) {
+	return b.backlogWith(ctx, sc, n, perTxn, func() (pglogrepl.LSN, error) { return sc.fill(ctx, b.pool, n, perTxn) }, readers...)
+}
+
+// backlogWith is backlog with the rows that fill writes.
+func (b *bench) backlogWith(ctx context.Context, sc scenario, n, perTxn int, fill func() (pglogrepl.LSN, error), readers ...string) (pglogrepl.LSN, error) {
 	// One short run creates the relay's slot, as a first start would.
 	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), b.dir+"/relay-"+sc.name+"-init.log")
 	if err != nil {
@@ -107,7 +113,7 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 	}
 	b.progress("writing %d events in %d-row transactions (the relay is stopped)", n, perTxn)
 	started := time.Now()
-	end, err := sc.fill(ctx, b.pool, n, perTxn)
+	end, err := fill()
 	if err != nil {
 		return 0, err
 	}
