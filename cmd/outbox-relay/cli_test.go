@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
@@ -23,7 +29,9 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 
 // TestMigrateAndLeastPrivilege: migrate is idempotent, creates a role that
 // can run the relay with nothing more than it needs, and status reports
-// the slot and the last event.
+// the slot and the last event. The relay runs as that role (its walsender
+// is the role's), with a real password the server requires, and the
+// password appears nowhere in the relay's output or metrics.
 func TestMigrateAndLeastPrivilege(t *testing.T) {
 	env := newEnv(t) // already migrated once
 	out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--relay-role", "relay_role", "--log-format", "json")
@@ -38,9 +46,23 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 		t.Fatalf("relay_role: superuser %v, %v", super, err)
 	}
 
-	args := append(env.RelayArgs(), "--pg-url", strings.Replace(env.PGURL, "postgres://postgres@", "postgres://relay_role@", 1))
+	secret := make([]byte, 12)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	password := "pw" + hex.EncodeToString(secret)
+	env.Exec(`ALTER ROLE relay_role PASSWORD '` + password + `'`)
+	url := strings.Replace(env.PGURL, "postgres://postgres@", "postgres://relay_role:"+password+"@", 1)
+	requirePassword(t, env, "relay_role", strings.Replace(url, password, "wrong"+password, 1))
+
+	args := append(env.RelayArgs(), "--pg-url", url)
 	relay := relaytest.StartRelay(t, relayBin, append([]string{"run"}, args...)...)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
+	var walsenderUser string
+	if err := env.Pool.QueryRow(t.Context(), `SELECT r.usename FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+		WHERE s.slot_name = $1`, env.Slot).Scan(&walsenderUser); err != nil || walsenderUser != "relay_role" {
+		t.Errorf("the relay's walsender runs as %q (%v), want the least-privilege role relay_role", walsenderUser, err)
+	}
 	id := env.Tx(relaytest.NewRow("order", "7", "created", `{"ok": true}`))[0]
 	env.WaitStored(1, 30*time.Second)
 	env.Check()
@@ -60,6 +82,59 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if err != nil || !strings.Contains(out, "active             yes, pid") || !strings.Contains(out, id) {
 		t.Errorf("status text (%v):\n%s", err, out)
 	}
+	metrics, err := relay.Scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopRelay(t, relay)
+	if strings.Contains(relay.Logs(), password) || strings.Contains(metrics, password) {
+		t.Errorf("the relay's password appears in its output or metrics:\n%s", relay.Logs())
+	}
+}
+
+// requirePassword makes the server ask role for its password on TCP
+// connections from loopback (a line first in pg_hba.conf, removed at the
+// end), unless it already does; wrongURL is the role's URL with a wrong
+// password, which must then be refused.
+func requirePassword(t *testing.T, env *relaytest.Env, role, wrongURL string) {
+	t.Helper()
+	refused := func() bool {
+		conn, err := pgx.Connect(t.Context(), wrongURL)
+		if err == nil {
+			conn.Close(t.Context())
+			return false
+		}
+		return true
+	}
+	if refused() {
+		t.Logf("the server already requires %s's password", role)
+		return
+	}
+	var file string
+	if err := env.Pool.QueryRow(t.Context(), `SHOW hba_file`).Scan(&file); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("the server accepts any password for %s, and its pg_hba.conf cannot be edited here (%v): a password test would prove nothing", role, err)
+	}
+	line := fmt.Sprintf("host all %s 127.0.0.1/32 md5 # outbox-relay test %s\n", role, t.Name())
+	if err := os.WriteFile(file, append([]byte(line), orig...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cur, err := os.ReadFile(file); err == nil {
+			_ = os.WriteFile(file, []byte(strings.Replace(string(cur), line, "", 1)), 0o600)
+		}
+		_, _ = env.Pool.Exec(context.Background(), `SELECT pg_reload_conf()`)
+	})
+	env.Exec(`SELECT pg_reload_conf()`)
+	for deadline := time.Now().Add(10 * time.Second); !refused(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still accepts a wrong password for %s after adding to pg_hba.conf:\n%s", role, line)
+		}
+	}
+	t.Logf("%s: %s's password is required now (a wrong one is refused)", file, role)
 }
 
 // TestDevCommand runs the README's first command end to end: a throwaway

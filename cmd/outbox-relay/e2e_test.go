@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -63,7 +66,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.WaitRows(time.Minute)
-	rep := env.Check()
+	env.WaitSlotCaughtUp(time.Minute)
+	rep := env.CheckWith(relaytest.Expect{Workload: w, MinTx: 100})
 	if want := len(before) + 1 + len(bigIDs) + len(w.Committed()); rep.Rows != want || rep.Messages != want {
 		t.Errorf("rows %d, messages %d, want %d of each", rep.Rows, rep.Messages, want)
 	}
@@ -150,3 +154,110 @@ func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStrea
 }
 
 type rawMsg = jetstream.RawStreamMsg
+
+// TestCheckCatchesDamage: the check every fault case ends with fails on
+// each kind of damage, put into a healthy stream by hand: a load that did
+// not run, an event stored twice, an event that is no committed row and
+// lands out of commit order, a message without the relay's headers, a
+// rolled-back event, a committed event gone.
+func TestCheckCatchesDamage(t *testing.T) {
+	env := newEnv(t)
+	relay := startRelay(t, env)
+	relay.WaitLog("streaming from the slot", 30*time.Second)
+	w := &relaytest.Workload{Writers: 2, MaxTxRows: 3, Aggregates: 5, RollbackEvery: 3}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Run(ctx, env, 60); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitRows(time.Minute)
+	env.WaitSlotCaughtUp(time.Minute)
+	relay.Drain(30 * time.Second)
+	if len(w.Aborted()) == 0 {
+		t.Fatal("the workload rolled nothing back")
+	}
+	rec := &recordingTB{TB: t}
+	probe := *env
+	probe.T = rec
+	expect := relaytest.Expect{Workload: w, MinTx: 10}
+	if probe.CheckWith(expect); len(rec.errs) > 0 {
+		t.Fatalf("the check fails on a healthy stream: %v", rec.errs)
+	}
+	stored := storedByID(t, env)
+	committed := w.Committed()
+	oldest := stored[committed[0]]
+	newest := lastOnSubjects(t, env, "outbox.>")
+	publish := func(id string, from *rawMsg, header map[string]string) {
+		t.Helper()
+		m := nats.NewMsg(from.Subject)
+		for k, v := range from.Header {
+			m.Header[k] = v
+		}
+		m.Header.Set(sink.HeaderMsgID, id)
+		for k, v := range header {
+			if v == "" {
+				m.Header.Del(k)
+			} else {
+				m.Header.Set(k, v)
+			}
+		}
+		m.Data = from.Data
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			ack, err := env.JS.PublishMsg(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ack.Duplicate {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("JetStream keeps dropping %s as a duplicate", id)
+			}
+		}
+	}
+	damage := []struct {
+		name   string
+		do     func()
+		expect relaytest.Expect
+		want   string
+	}{
+		{"a load that did not run", func() {}, relaytest.Expect{Workload: w, MinTx: len(committed) + 1}, "the load did not run"},
+		{"an event stored twice", func() { publish(committed[0], oldest, nil) }, expect, "duplicates 1"},
+		{"an event that is no row, out of commit order", func() { publish(uuid(t), oldest, nil) }, expect, "commit order broken across the stream"},
+		{"a message without the relay's headers", func() { publish(uuid(t), newest, map[string]string{sink.HeaderCommitLSN: ""}) }, expect, "unparsed 1"},
+		{"a rolled-back event", func() { publish(w.Aborted()[0], newest, nil) }, expect, "the workload rolled back are in the stream"},
+		{"a committed event gone", func() {
+			if err := env.StreamHandle(time.Second).DeleteMsg(ctx, stored[committed[len(committed)-1]].Sequence); err != nil {
+				t.Fatal(err)
+			}
+		}, expect, "the workload committed are not in the stream"},
+	}
+	for _, d := range damage {
+		d.do()
+		rec.errs = nil
+		probe.CheckWith(d.expect)
+		if !strings.Contains(strings.Join(rec.errs, "\n"), d.want) {
+			t.Errorf("%s: the check does not say %q; it says %v", d.name, d.want, rec.errs)
+		}
+	}
+}
+
+// recordingTB keeps the errors reported to it instead of failing the test.
+type recordingTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recordingTB) Helper()           {}
+func (r *recordingTB) Error(args ...any) { r.errs = append(r.errs, fmt.Sprint(args...)) }
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func uuid(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}

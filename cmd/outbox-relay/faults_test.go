@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -16,41 +17,112 @@ import (
 )
 
 // The fault suite: each case runs real faults against real processes under
-// concurrent writes (several writers, transactions of 1 to 20 rows, some
-// rolled back) and ends with the table-versus-stream check: nothing
-// missing, nothing extra (rolled back), no duplicates, no event of an
-// aggregate before an earlier one. `go test -short` shortens the long
-// waits; it skips nothing.
+// concurrent writes (several writers, transactions of 1 to 10 rows, some
+// rolled back), injects each fault while the relay has publishes in
+// flight (a backlog just written, the in-flight gauge above 0), requires
+// the recovery path it exercises to have run (a log line), and ends with
+// settle: the slot confirms all WAL written, JetStream acknowledged no
+// publish as a duplicate, SIGTERM drains the relay (exit 0), and the check
+// finds nothing missing, nothing rolled back, nothing twice, nothing out
+// of commit order. Streams have a 1 s dedup window (Env.DuplicateWindow),
+// so an event published again is stored again and counted.
+// `go test -short` shortens the long waits; it skips nothing.
 
 // Tests that mostly wait (outages, partitions) run in parallel with each
 // other; those that time how fast something happens run alone.
 
-// load runs the standard write workload until stop is called.
-func load(t *testing.T, env *relaytest.Env) (stop func() *relaytest.Workload) {
+// Log lines of the recovery paths the cases require.
+const (
+	logStreaming = "streaming from the slot"
+	// After a publish failure (an outage, an ack timeout, an error reply):
+	// the Publisher read the stream and sent again what it lacks.
+	logOutageOver = "JetStream accepts events again"
+	// At a session's start: the slot replays events the stream holds.
+	logSkipStored = "skipping exactly those"
+	// The Postgres side gave way to a shutdown the relay could not confirm.
+	logReleased = "released the replication connection so Postgres can shut down"
+)
+
+// faultWait bounds each wait for a relay to get going or to recover.
+const faultWait = time.Minute
+
+// load starts the standard write workload; stop ends it.
+func load(t *testing.T, env *relaytest.Env) (w *relaytest.Workload, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &relaytest.Workload{Writers: 3, MaxTxRows: 10, Aggregates: 30, RollbackEvery: 7, Pace: 40 * time.Millisecond}
+	w = &relaytest.Workload{Writers: 3, MaxTxRows: 10, Aggregates: 30, RollbackEvery: 7, Pace: 40 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, env, 0) }()
-	return func() *relaytest.Workload {
+	return w, func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("workload: %v", err)
 		}
-		return w
 	}
 }
 
-// settleAndCheck waits until the stream holds every committed row, then
-// compares the two.
-func settleAndCheck(t *testing.T, env *relaytest.Env, w *relaytest.Workload) {
+// inFlight writes a backlog of n events and waits until the relay has
+// publishes of them in flight: the moment to inject a fault.
+func inFlight(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, n int) {
+	t.Helper()
+	env.Backlog(n)
+	got := relay.WaitInFlight(faultWait)
+	t.Logf("fault injected with %d publishes in flight", got)
+}
+
+// settle ends a fault case with the load stopped: the stream holds every
+// committed row, the slot confirmed all WAL written (the relay has nothing
+// left to send), JetStream acknowledged no publish of this relay as a
+// duplicate, SIGTERM drains it (exit 0), and the check holds with x.
+func settle(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, x relaytest.Expect) relaytest.Result {
 	t.Helper()
 	env.WaitRows(3 * time.Minute)
-	time.Sleep(300 * time.Millisecond) // let stray replays land before the check
-	rep := env.Check()
-	t.Logf("%d committed events checked, %d rolled back; %d messages", rep.Rows, len(w.Aborted()), rep.Messages)
-	if rep.Rows < 100 {
-		t.Errorf("only %d events written: the load did not run", rep.Rows)
+	env.WaitSlotCaughtUp(faultWait)
+	if relay.Exited() {
+		t.Fatalf("relay exited before the end of the case; log:\n%s", relay.Logs())
 	}
+	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v): JetStream dropped publishes of events it already held; the relay promises none", relaytest.DuplicateAcksMetric, n, err)
+	}
+	relay.Drain(30 * time.Second)
+	x.Workload = w
+	res := env.CheckWith(x)
+	t.Logf("check: %s", res)
+	return res
+}
+
+// requireLog fails the test unless the relay logged substr at least n
+// times: the recovery path the case is about ran.
+func requireLog(t *testing.T, r *relaytest.Relay, substr string, n int) {
+	t.Helper()
+	if got := r.CountLog(substr); got < n {
+		t.Errorf("the relay logged %q %d times, want at least %d: the recovery path this case is about did not run", substr, got, n)
+	}
+}
+
+// waitLogCount waits until the relay logged substr at least n times.
+func waitLogCount(t *testing.T, r *relaytest.Relay, substr string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for r.CountLog(substr) < n {
+		if time.Now().After(deadline) || r.Exited() {
+			t.Fatalf("the relay logged %q %d times within %s, want %d; log:\n%s", substr, r.CountLog(substr), timeout, n, r.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logNumber returns the number field of the relay's first log line with
+// message msg, and whether there is one.
+func logNumber(r *relaytest.Relay, msg, field string) (float64, bool) {
+	for _, line := range strings.Split(r.Logs(), "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil || entry["message"] != msg {
+			continue
+		}
+		n, ok := entry[field].(float64)
+		return n, ok
+	}
+	return 0, false
 }
 
 func waitLong(short, long time.Duration) time.Duration {
@@ -60,77 +132,158 @@ func waitLong(short, long time.Duration) time.Duration {
 	return long
 }
 
-// TestFaultRelayKilledRepeatedly: SIGKILL at random instants, 20 times,
-// once in the middle of publishing a 100,000-row transaction.
+// TestFaultRelayKilledRepeatedly: SIGKILL 20 times, each with publishes in
+// flight or at a random instant of start-up, once in the middle of
+// publishing a 100,000-row transaction. The restarted relays skip what
+// the stream already holds.
 func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	env := newEnv(t)
-	first := startRelay(t, env)
-	first.WaitLog("streaming from the slot", 30*time.Second)
-	stop := load(t, env)
-	time.Sleep(500 * time.Millisecond)
+	logFrom := len(env.ClusterLog())
+	// A status update at least every wal_sender_timeout/2 (5 s here), as
+	// --status-interval's help asks: replaying the big transaction keeps a
+	// relay busy for longer than that.
+	flags := []string{"--status-interval", "2s"}
+	first := startRelay(t, env, flags...)
+	first.WaitLog(logStreaming, faultWait)
+	w, stop := load(t, env)
+	w.WaitTx(t, 20, faultWait)
+	inFlight(t, env, first, 1000)
 	first.Kill()
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	bigDone := make(chan []string, 1)
-	streaming := 0
+	bigDone := make(chan error, 1)
+	var relays []*relaytest.Relay
+	var inFlightKills []int // indexes into relays
+	began := time.Now()
 	for i := 0; i < 20; i++ {
-		relay := startRelay(t, env)
+		if i > 0 {
+			t.Logf("kill %d at %s", i, time.Since(began).Round(100*time.Millisecond))
+		}
+		relay := startRelay(t, env, flags...)
+		relays = append(relays, relay)
 		if i == 8 {
+			// One statement: committed within a second or two.
 			go func() {
-				rows := make([]relaytest.Row, 100_000)
-				for j := range rows {
-					rows[j] = relaytest.NewRow("bulk", "b1", "imported", `{"n": 1}`)
-				}
-				bigDone <- env.Tx(rows...)
+				_, err := env.Pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+					SELECT 'bulk', 'b1', 'imported', '{"n": 1}' FROM generate_series(1, 100000)`)
+				bigDone <- err
 			}()
 		}
-		if i == 9 {
-			// Kill while the big transaction is being published.
-			before := env.CountStored()
-			deadline := time.Now().Add(2 * time.Minute)
-			for env.CountStored() < before+20_000 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
+		switch {
+		case i == 9:
+			// Killed while the big transaction is being published.
+			if err := <-bigDone; err != nil {
+				t.Fatalf("the 100,000-row transaction: %v", err)
 			}
+			before := env.CountStored()
+			for deadline := time.Now().Add(2 * time.Minute); env.CountStored() < before+20_000; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the relay stored %d events of the big transaction in 2m", env.CountStored()-before)
+				}
+			}
+			relay.WaitInFlight(faultWait)
 			relay.Kill()
-			streaming++
-			continue
-		}
-		// Every fifth kill lands at a random instant of start-up; the others
-		// at a random instant of streaming.
-		if i%5 != 4 {
-			relay.WaitLog("streaming from the slot", time.Minute)
-		}
-		time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
-		relay.Kill()
-		if strings.Contains(relay.Logs(), "streaming from the slot") {
-			streaming++
+			inFlightKills = append(inFlightKills, i)
+		case i%5 == 4:
+			// At a random instant of start-up: the delay is the fault's timing.
+			time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
+			relay.Kill()
+		default:
+			relay.WaitLog(logStreaming, faultWait)
+			if i == 10 {
+				// Past the big transaction first: a relay killed before the
+				// slot confirmed it leaves the next one to read 100,000
+				// stored events and replay the transaction again, at length.
+				env.WaitSlotCaughtUp(3 * time.Minute)
+			}
+			inFlight(t, env, relay, 200+rng.Intn(1300))
+			relay.Kill()
+			inFlightKills = append(inFlightKills, i)
 		}
 	}
-	if streaming < 15 {
-		t.Errorf("only %d of 20 kills hit a streaming relay", streaming)
+	t.Logf("kill 20 at %s", time.Since(began).Round(100*time.Millisecond))
+	stop()
+	last := startRelay(t, env, flags...)
+	relays = append(relays, last)
+	last.WaitLog(logStreaming, faultWait)
+	settle(t, env, last, w, relaytest.Expect{MinTx: 100})
+
+	// A relay killed with publishes in flight leaves events in the stream
+	// beyond the slot's position; the next relay that streams must skip
+	// them. After the big transaction's kill there are thousands.
+	skipped := 0
+	for _, i := range inFlightKills {
+		if next := nextStreaming(relays[i+1:]); next != nil && next.CountLog(logSkipStored) > 0 {
+			skipped++
+		}
 	}
-	w := stop()
-	<-bigDone
-	last := startRelay(t, env)
-	last.WaitLog("streaming from the slot", 30*time.Second)
-	settleAndCheck(t, env, w)
+	t.Logf("%d kills with publishes in flight; the next streaming relay skipped stored events after %d of them", len(inFlightKills), skipped)
+	if next := nextStreaming(relays[10:]); next == nil {
+		t.Error("no relay streamed after the kill in the big transaction")
+	} else if n, ok := logNumber(next, "the stream already holds events the slot will replay: skipping exactly those", "events"); !ok || n < 1000 {
+		t.Errorf("after the kill in the big transaction the next relay skipped %v stored events (logged: %v), want thousands", n, ok)
+	}
+	if skipped < len(inFlightKills)/2 {
+		t.Errorf("stored events were skipped after only %d of %d kills with publishes in flight", skipped, len(inFlightKills))
+	}
+	if lines := walsenderTimeouts(env, logFrom); len(lines) > 0 {
+		t.Errorf("Postgres timed out the relay's walsender %d times (a status update every 2 s): %v", len(lines), lines)
+	}
 }
 
-// TestFaultNATSStopped: NATS stops for 60 s under load. The slot never
-// confirms past an unacknowledged event; the relay keeps answering
-// Postgres (wal_sender_timeout is 5 s here), so its walsender survives;
-// when NATS is back every event arrives and the slot catches up.
+// walsenderTimeouts returns the server log lines, after offset from, of
+// the test slot's walsenders terminated for want of a reply within
+// wal_sender_timeout.
+func walsenderTimeouts(env *relaytest.Env, from int) []string {
+	log := env.ClusterLog()
+	if from > len(log) {
+		from = 0
+	}
+	pids := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(log[from:], "\n") {
+		_, rest, ok := strings.Cut(line, " [")
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "]")
+		switch {
+		case strings.Contains(line, fmt.Sprintf("starting logical decoding for slot %q", env.Slot)):
+			pids[pid] = true
+		case pids[pid] && strings.Contains(line, "terminating walsender process due to replication timeout"):
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// nextStreaming returns the first relay of rs that streamed.
+func nextStreaming(rs []*relaytest.Relay) *relaytest.Relay {
+	for _, r := range rs {
+		if strings.Contains(r.Logs(), logStreaming) {
+			return r
+		}
+	}
+	return nil
+}
+
+// TestFaultNATSStopped: NATS stops for 60 s under load, with publishes in
+// flight. The slot never confirms past an unacknowledged event; the relay
+// keeps answering Postgres (wal_sender_timeout is 5 s here), so its
+// walsender survives; when NATS is back the relay reconciles with the
+// stream, republishes in order, and the slot catches up.
 func TestFaultNATSStopped(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
 	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog("streaming from the slot", 30*time.Second)
+	relay.WaitLog(logStreaming, faultWait)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
 	env.WaitStored(1, 10*time.Second)
 	pid := walsenderPID(t, env)
 	logFrom := len(env.ClusterLog())
-	stop := load(t, env)
-	time.Sleep(time.Second)
+	w, stop := load(t, env)
+	w.WaitTx(t, 30, faultWait)
 
+	inFlight(t, env, relay, 2000)
 	env.NATS.Stop()
 	first := env.Tx(relaytest.NewRow("order", "2", "during.outage", `{}`))[0]
 	var highest pglogrepl.LSN
@@ -146,8 +299,13 @@ func TestFaultNATSStopped(t *testing.T) {
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
-	settleAndCheck(t, env, stop())
+	waitLogCount(t, relay, logOutageOver, 1, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	if n := relay.CountLog("still not accepting"); n > 8 {
+		t.Errorf("%d retry log lines in one outage: the log floods", n)
+	}
+	settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
 	// The first event written during the outage committed at this LSN:
 	// confirming beyond it while it was unacknowledged would have told
 	// Postgres it could be skipped.
@@ -158,39 +316,36 @@ func TestFaultNATSStopped(t *testing.T) {
 	if highest > commit {
 		t.Fatalf("during the outage the slot confirmed %s, past the unacknowledged transaction committed at %s", highest, commit)
 	}
-	waitCaughtUp(t, env, 30*time.Second)
-	if relay.Exited() {
-		t.Fatal("relay exited during the NATS outage")
-	}
-	if n := strings.Count(relay.Logs(), "still not accepting"); n > 8 {
-		t.Errorf("%d retry log lines in one outage: the log floods", n)
-	}
 }
 
 // TestFaultNATSKilled: the NATS process is killed with SIGKILL twice under
-// load and restarted from its store (sync always, as the README requires);
-// the stream's dedup window is 1 s, so a lost PubAck must not mean a
-// republished event.
+// load, with publishes in flight, and restarted from its store (sync
+// always, as the README requires). A lost PubAck must not mean a
+// republished event: the relay finds it in the stream.
 func TestFaultNATSKilled(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
 	nats := relaytest.StartNATSProcess(t, relayBin, true)
 	env.UseNATS(nats.URL())
-	relay := startRelay(t, env, "--ack-timeout", "2s", "--duplicate-window", "1s")
-	relay.WaitLog("streaming from the slot", 30*time.Second)
-	stop := load(t, env)
-	for i := 0; i < 2; i++ {
-		time.Sleep(2 * time.Second)
+	relay := startRelay(t, env, "--ack-timeout", "2s")
+	relay.WaitLog(logStreaming, faultWait)
+	w, stop := load(t, env)
+	for i := 1; i <= 2; i++ {
+		w.WaitTx(t, 30, faultWait)
+		inFlight(t, env, relay, 2000)
 		nats.Kill()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the outage
 		nats.Start()
+		waitLogCount(t, relay, logOutageOver, i, faultWait)
 	}
-	time.Sleep(2 * time.Second)
-	settleAndCheck(t, env, stop())
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	settle(t, env, relay, w, relaytest.Expect{MinTx: 80})
 }
 
-// TestFaultPostgresCrash: Postgres is killed (immediate shutdown, a crash)
-// under load and restarted.
+// TestFaultPostgresCrash: Postgres stops (fast) or is killed (immediate
+// shutdown, a crash) under load, with publishes in flight, and restarts;
+// the relay reconnects and streams again.
 func TestFaultPostgresCrash(t *testing.T) {
 	for _, mode := range []string{"fast", "immediate"} {
 		t.Run(mode, func(t *testing.T) {
@@ -201,23 +356,23 @@ func TestFaultPostgresCrash(t *testing.T) {
 			t.Cleanup(func() { cluster.Close() })
 			env := relaytest.NewEnv(t, cluster)
 			relay := startRelay(t, env)
-			relay.WaitLog("streaming from the slot", 30*time.Second)
-			stop := load(t, env)
-			time.Sleep(2 * time.Second)
+			relay.WaitLog(logStreaming, faultWait)
+			w, stop := load(t, env)
+			w.WaitTx(t, 30, faultWait)
+			inFlight(t, env, relay, 2000)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := cluster.Stop(ctx, mode); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // the outage
 			if err := cluster.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Second)
-			settleAndCheck(t, env, stop())
-			if relay.Exited() {
-				t.Fatal("relay exited when Postgres went down")
-			}
+			waitLogCount(t, relay, logStreaming, 2, faultWait)
+			w.WaitTx(t, 20, faultWait)
+			stop()
+			settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
 		})
 	}
 }
@@ -237,11 +392,12 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 			t.Cleanup(func() { cluster.Close() })
 			env := relaytest.NewEnv(t, cluster)
 			relay := startRelay(t, env, "--ack-timeout", "1s", "--window", window)
-			relay.WaitLog("streaming from the slot", 30*time.Second)
-			stop := load(t, env)
-			time.Sleep(time.Second)
+			relay.WaitLog(logStreaming, faultWait)
+			w, stop := load(t, env)
+			w.WaitTx(t, 30, faultWait)
+			inFlight(t, env, relay, 500)
 			env.NATS.Stop()
-			time.Sleep(3 * time.Second)
+			relay.WaitLog("publish failed", faultWait) // the relay is blocked on NATS
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			started := time.Now()
@@ -255,7 +411,11 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 			if err := env.NATS.Start(); err != nil {
 				t.Fatal(err)
 			}
-			settleAndCheck(t, env, stop())
+			waitLogCount(t, relay, logOutageOver, 1, faultWait)
+			w.WaitTx(t, 20, faultWait)
+			stop()
+			requireLog(t, relay, logReleased, 1)
+			settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
 			if took > 20*time.Second {
 				t.Errorf("fast shutdown took %s with the relay blocked", took)
 			}
@@ -266,36 +426,41 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 
 // TestFaultNetwork: the connection between relay and NATS, then between
 // relay and Postgres, is cut (reset) and blackholed (no reset, nothing
-// passes) through a proxy, under load.
+// passes) through a proxy, under load, with publishes in flight.
 func TestFaultNetwork(t *testing.T) {
 	for _, side := range []string{"nats", "postgres"} {
 		t.Run(side, func(t *testing.T) {
 			t.Parallel()
 			env := newEnv(t)
 			var proxy *relaytest.Proxy
+			recovered := logOutageOver // NATS side: the Publisher's recovery
 			if side == "nats" {
 				proxy = relaytest.StartProxy(t, strings.TrimPrefix(env.NATSURL, "nats://"))
 				env.RelayNATS = "nats://" + proxy.Addr()
 			} else {
 				proxy = relaytest.StartProxy(t, env.PGAddr())
 				env.RelayPG = env.PGURLVia(proxy.Addr())
+				recovered = logStreaming // Postgres side: a new session
 			}
 			relay := startRelay(t, env, "--ack-timeout", "2s")
-			relay.WaitLog("streaming from the slot", 30*time.Second)
-			stop := load(t, env)
-			time.Sleep(2 * time.Second)
+			relay.WaitLog(logStreaming, faultWait)
+			base := relay.CountLog(recovered)
+			w, stop := load(t, env)
+			w.WaitTx(t, 30, faultWait)
+			inFlight(t, env, relay, 2000)
 			proxy.Cut()
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // the outage
 			proxy.Restore()
-			time.Sleep(3 * time.Second)
+			waitLogCount(t, relay, recovered, base+1, faultWait)
+			w.WaitTx(t, 20, faultWait)
+			inFlight(t, env, relay, 2000)
 			proxy.Blackhole()
-			time.Sleep(waitLong(15*time.Second, 25*time.Second))
+			time.Sleep(waitLong(15*time.Second, 25*time.Second)) // the partition
 			proxy.Restore()
-			time.Sleep(2 * time.Second)
-			settleAndCheck(t, env, stop())
-			if relay.Exited() {
-				t.Fatal("relay exited on a network fault")
-			}
+			waitLogCount(t, relay, recovered, base+2, faultWait)
+			w.WaitTx(t, 20, faultWait)
+			stop()
+			settle(t, env, relay, w, relaytest.Expect{MinTx: 150})
 		})
 	}
 }
@@ -309,18 +474,20 @@ func TestFaultStreamFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
-		MaxMsgs: 200, Discard: jetstream.DiscardNew, Storage: jetstream.FileStorage})
+		MaxMsgs: 200, Discard: jetstream.DiscardNew, Storage: jetstream.FileStorage, Duplicates: env.DuplicateWindow})
 	if err != nil {
 		t.Fatal(err)
 	}
 	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog("streaming from the slot", 30*time.Second)
-	stop := load(t, env)
-	relay.WaitLog("maximum messages exceeded", time.Minute)
+	relay.WaitLog(logStreaming, faultWait)
+	w, stop := load(t, env)
+	relay.WaitLog("maximum messages exceeded", faultWait)
 	if !strings.Contains(relay.Logs(), "raise max_msgs") {
 		t.Error("the relay does not say how to get the stream moving again")
 	}
-	time.Sleep(2 * time.Second)
+	if n, err := relay.Metric(relaytest.InFlightMetric); err != nil || n == 0 {
+		t.Errorf("stalled at the limit with %v publishes in flight (%v)", n, err)
+	}
 	if n := env.CountStored(); n != 200 {
 		t.Errorf("stream holds %d messages at its limit of 200", n)
 	}
@@ -329,37 +496,59 @@ func TestFaultStreamFull(t *testing.T) {
 	if _, err := env.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	settleAndCheck(t, env, stop())
+	waitLogCount(t, relay, logOutageOver, 1, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	settle(t, env, relay, w, relaytest.Expect{MinTx: 40})
 }
 
-// TestFaultClusterLeaderKilled: a 3-node JetStream cluster with an R3
-// stream loses the stream's leader mid-flow.
+// TestFaultClusterLeaderKilled: a 3-node JetStream cluster (nats-server
+// processes) with an R3 stream; the stream's leader is killed with
+// SIGKILL while publishes are in flight, and restarted. A new leader
+// takes over; the relay recovers. Commit order may bend here, the one
+// documented way: a leader that refused a message while the next was
+// stored (the result counts it).
 func TestFaultClusterLeaderKilled(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
 	cluster := relaytest.StartNATSCluster(t, 3)
 	env.UseNATS(cluster.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
-		Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew})
-	if err != nil {
-		t.Fatal(err)
+	var stream jetstream.Stream
+	for deadline := time.Now().Add(faultWait); ; time.Sleep(200 * time.Millisecond) {
+		// The cluster may still be meeting its peers.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		stream, err = env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
+			Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: env.DuplicateWindow})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create an R3 stream: %v", err)
+		}
 	}
 	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog("streaming from the slot", 30*time.Second)
-	stop := load(t, env)
-	time.Sleep(2 * time.Second)
+	relay.WaitLog(logStreaming, faultWait)
+	w, stop := load(t, env)
+	w.WaitTx(t, 30, faultWait)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	info, err := stream.Info(ctx)
 	if err != nil || info.Cluster == nil {
 		t.Fatalf("stream info: %v", err)
 	}
 	leader := cluster.Index(info.Cluster.Leader)
-	t.Logf("killing stream leader %s", info.Cluster.Leader)
-	cluster.Stop(leader)
-	time.Sleep(5 * time.Second)
+	inFlight(t, env, relay, 2000)
+	t.Logf("killing stream leader %s (SIGKILL)", info.Cluster.Leader)
+	cluster.Kill(leader)
+	time.Sleep(5 * time.Second) // the node is down
 	cluster.Start(leader)
-	time.Sleep(2 * time.Second)
-	settleAndCheck(t, env, stop())
+	waitLogCount(t, relay, logOutageOver, 1, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	res := settle(t, env, relay, w, relaytest.Expect{MinTx: 50, Reordered: true})
+	if res.OutOfOrder() > 0 {
+		t.Logf("%d events stored out of commit order (the documented case of a stream leader change): %v", res.OutOfOrder(), res.Inversions)
+	}
 }

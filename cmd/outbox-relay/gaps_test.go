@@ -12,13 +12,40 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
-// stopRelay stops a relay cleanly (SIGTERM).
+// stopRelay stops a relay cleanly (SIGTERM, exit 0).
 func stopRelay(t *testing.T, r *relaytest.Relay) {
 	t.Helper()
-	r.Term()
-	if code := r.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d on SIGTERM", code)
+	r.Drain(30 * time.Second)
+}
+
+// logBootstrapped is the relay's line after it created its slot and
+// published, from the slot's snapshot, the rows the stream lacked.
+const logBootstrapped = "created the replication slot; published the rows the stream needed from the table"
+
+// requirePublishedFromTable fails the test unless the relay published at
+// least n rows from the table when it created its slot (a first start or
+// a repair).
+func requirePublishedFromTable(t *testing.T, r *relaytest.Relay, n int) {
+	t.Helper()
+	if got, ok := logNumber(r, logBootstrapped, "published"); !ok || got < float64(n) {
+		t.Errorf("the relay published %v rows from the table at its slot's creation (logged: %v), want at least %d", got, ok, n)
 	}
+}
+
+// finish ends a case once its writes are done: every row stored, the
+// slot caught up, no duplicate acknowledged, the relay drained with
+// SIGTERM, then the check.
+func finish(t *testing.T, env *relaytest.Env, r *relaytest.Relay, x relaytest.Expect) relaytest.Result {
+	t.Helper()
+	env.WaitRows(time.Minute)
+	env.WaitSlotCaughtUp(faultWait)
+	if n, err := r.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v)", relaytest.DuplicateAcksMetric, n, err)
+	}
+	r.Drain(30 * time.Second)
+	res := env.CheckWith(x)
+	t.Logf("check: %s", res)
+	return res
 }
 
 // expectRefusal starts a relay that must stop at once, non-zero, saying
@@ -67,8 +94,8 @@ func TestGapSlotDropped(t *testing.T) {
 	expectRefusal(t, env, "was dropped")
 	r := repair(t, env)
 	env.Tx(relaytest.NewRow("order", "1", "after", `{}`))
-	env.WaitRows(30 * time.Second)
-	env.Check()
+	finish(t, env, r, relaytest.Expect{})
+	requirePublishedFromTable(t, r, 2)
 	if stored := storedByID(t, env); stored[gap[0]] == nil || stored[gap[1]] == nil {
 		t.Fatal("the events written in the gap were not published by the repair")
 	}
@@ -87,9 +114,9 @@ func TestGapSlotRecreated(t *testing.T) {
 	env.Exec(`CREATE TABLE churn AS SELECT md5(random()::text) AS b FROM generate_series(1, 20000)`)
 	env.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, env.Slot)
 	expectRefusal(t, env, "beyond anything this relay confirmed")
-	repair(t, env)
-	env.WaitRows(30 * time.Second)
-	env.Check()
+	r := repair(t, env)
+	finish(t, env, r, relaytest.Expect{})
+	requirePublishedFromTable(t, r, 1)
 }
 
 // TestGapSlotInvalidated: with max_slot_wal_keep_size, a relay stopped long
@@ -121,9 +148,9 @@ func TestGapSlotInvalidated(t *testing.T) {
 		env.Exec(`CHECKPOINT`)
 	}
 	expectRefusal(t, env, "invalidated")
-	repair(t, env)
-	env.WaitRows(30 * time.Second)
-	env.Check()
+	r = repair(t, env)
+	finish(t, env, r, relaytest.Expect{})
+	requirePublishedFromTable(t, r, 1)
 	if storedByID(t, env)[lost[0]] == nil {
 		t.Fatal("the event in the invalidated slot's WAL was not republished")
 	}
@@ -180,12 +207,12 @@ func TestSwitchFromPolling(t *testing.T) {
 	}
 	env.Exec(`UPDATE outbox_events SET processed_at = now() WHERE ctid IN (SELECT ctid FROM outbox_events LIMIT 100)`)
 	processed := 100
-	stop := load(t, env)
-	time.Sleep(500 * time.Millisecond)
+	w, stop := load(t, env)
+	w.WaitTx(t, 10, faultWait) // the writers are busy when the relay starts
 	r := startRelay(t, env)
-	r.WaitLog("streaming from the slot", 30*time.Second)
-	time.Sleep(time.Second)
-	w := stop()
+	r.WaitLog(logStreaming, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
 	// The rows a polling relay already processed are not published again.
 	var pending int
 	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL`).Scan(&pending); err != nil {
@@ -193,10 +220,13 @@ func TestSwitchFromPolling(t *testing.T) {
 	}
 	env.WaitStored(pending, 2*time.Minute)
 	env.Exec(`DELETE FROM outbox_events WHERE processed_at IS NOT NULL`)
-	settleAndCheck(t, env, w)
+	settle(t, env, r, w, relaytest.Expect{MinTx: 30})
 	if n := env.CountStored(); int(n) != pending {
 		t.Errorf("stream holds %d messages, want the %d unprocessed rows (the %d processed ones excluded)", n, pending, processed)
 	}
+	// The legacy rows, and what the writers committed before the slot's
+	// snapshot, came from the table.
+	requirePublishedFromTable(t, r, 20*50-processed)
 }
 
 // TestVerifyCommand: verify passes on a healthy stream, reports an event
@@ -247,5 +277,6 @@ func TestVerifyCommand(t *testing.T) {
 	if out, err := runCLI(t, append(args, "--republish")...); err != nil || !strings.Contains(out, "OK:") {
 		t.Fatalf("verify --republish (%v):\n%s", err, out)
 	}
-	env.Check()
+	// The republished event lands after later ones: outside commit order.
+	env.CheckWith(relaytest.Expect{Republished: []string{ids[1]}})
 }

@@ -55,6 +55,10 @@ func TestPoisonEvents(t *testing.T) {
 	e := env.Tx(relaytest.NewRow("order", "1", "e", `{}`))[0]
 	env.WaitStored(6, 30*time.Second)
 	env.Check()
+	// The dead-letter path ran, for exactly the three rows, and nothing was
+	// taken for a duplicate.
+	waitMetric(t, relay, "outbox_relay_events_dead_lettered_total", 3)
+	waitMetric(t, relay, relaytest.DuplicateAcksMetric, 0)
 
 	stored := storedByID(t, env)
 	for _, id := range []string{a, c, e} {
@@ -109,6 +113,19 @@ func TestPoisonEvents(t *testing.T) {
 	if out, _ := runCLI(t, "dlq", "list", "--pg-url", env.PGURL); strings.Contains(out, tooBig) {
 		t.Errorf("retried event still listed:\n%s", out)
 	}
+}
+
+// waitMetric waits until the relay's metric series is want.
+func waitMetric(t *testing.T, r *relaytest.Relay, series string, want float64) {
+	t.Helper()
+	var got float64
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, err = r.Metric(series); err == nil && got == want {
+			return
+		}
+	}
+	t.Errorf("%s = %v (%v), want %v", series, got, err, want)
 }
 
 func lastOnSubjects(t *testing.T, env *relaytest.Env, subject string) *rawMsg {

@@ -3,27 +3,34 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // TestStandbyTakesOver: a second relay on the same slot waits as a standby
-// and takes over within seconds when the first one dies; nothing is lost.
+// and takes over within seconds when the first one is killed with
+// publishes in flight; it skips what the first one stored; nothing is
+// lost or stored twice.
 func TestStandbyTakesOver(t *testing.T) {
 	env := newEnv(t)
 	active := startRelay(t, env)
-	active.WaitLog("streaming from the slot", 30*time.Second)
+	active.WaitLog(logStreaming, 30*time.Second)
 	standby := startRelay(t, env)
 	standby.WaitLog("waiting as a standby", 30*time.Second)
 
-	stop := load(t, env)
-	time.Sleep(time.Second)
+	w, stop := load(t, env)
+	w.WaitTx(t, 30, faultWait)
+	inFlight(t, env, active, 2000)
 	active.Kill()
 	killed := time.Now()
-	standby.WaitLog("streaming from the slot", 15*time.Second)
+	standby.WaitLog(logStreaming, 15*time.Second)
 	took := time.Since(killed)
-	time.Sleep(time.Second)
-	settleAndCheck(t, env, stop())
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	settle(t, env, standby, w, relaytest.Expect{MinTx: 50})
 	if took > 10*time.Second {
 		t.Errorf("standby took %s to take over", took)
 	}
-	t.Logf("standby took over %s after the active relay was killed", took.Round(time.Millisecond))
+	t.Logf("standby took over %s after the active relay was killed; it skipped stored events: %v",
+		took.Round(time.Millisecond), standby.CountLog(logSkipStored) > 0)
 }

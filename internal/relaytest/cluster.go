@@ -1,103 +1,209 @@
 package relaytest
 
 import (
+	"context"
 	"fmt"
 	"net"
-	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// NATSCluster is a JetStream cluster of embedded servers on loopback, each
-// with devenv's server options plus its name and routes.
+// NATSCluster is a JetStream cluster of nats-server processes on loopback,
+// joined by routes. A node can be killed with SIGKILL, as a crash stops
+// it (an embedded server's Shutdown is a graceful step-down instead), and
+// started again on its store.
 type NATSCluster struct {
-	t       testing.TB
-	opts    []*server.Options
-	servers []*server.Server
+	t     testing.TB
+	exe   string
+	nodes []*natsNode
 }
 
-// StartNATSCluster starts n clustered JetStream servers and waits until
-// they elected a meta leader.
+// natsNode is one server of the cluster: its configuration file, client
+// port, output, and the running process, if any.
+type natsNode struct {
+	name string
+	conf string
+	port int
+	out  *syncBuffer
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// clusterReadyTimeout bounds the wait for a cluster to serve JetStream
+// (a meta leader elected) and for a node to listen; -race and two shared
+// cores make both slow.
+const clusterReadyTimeout = time.Minute
+
+// StartNATSCluster builds nats-server from the module's own nats-server
+// dependency (with -race when this binary has it, so that the build
+// cache serves it), starts n nodes and waits until the cluster elected a
+// JetStream meta leader. The nodes are killed when the test ends.
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
-	c := &NATSCluster{t: t}
+	c := &NATSCluster{t: t, exe: buildNATSServer(t)}
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
-	var routes []*url.URL
+	var routes []string
 	for _, p := range routePorts {
-		u, _ := url.Parse(fmt.Sprintf("nats://127.0.0.1:%d", p))
-		routes = append(routes, u)
+		routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", p)))
 	}
+	dir := t.TempDir()
 	for i := 0; i < n; i++ {
-		o := devenv.NATSOptions{Port: clientPorts[i], StoreDir: t.TempDir()}.ServerOptions()
-		o.ServerName = fmt.Sprintf("n%d", i+1)
-		o.Cluster = server.ClusterOpts{Name: "outbox-test", Host: "127.0.0.1", Port: routePorts[i]}
-		o.Routes = routes
-		c.opts = append(c.opts, o)
-		c.servers = append(c.servers, nil)
-	}
-	for i := range c.opts {
-		c.Start(i)
+		node := &natsNode{name: fmt.Sprintf("n%d", i+1), port: clientPorts[i], out: &syncBuffer{}}
+		node.conf = filepath.Join(dir, node.name+".conf")
+		store := filepath.Join(dir, node.name+"-store")
+		conf := fmt.Sprintf(`server_name: %q
+listen: "127.0.0.1:%d"
+jetstream { store_dir: %q }
+cluster {
+  name: "outbox-test"
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+}
+`, node.name, node.port, store, routePorts[i], strings.Join(routes, ", "))
+		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, node)
 	}
 	t.Cleanup(func() {
-		for i := range c.servers {
-			c.Stop(i)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, s := range c.servers {
-			if s != nil && s.JetStreamIsLeader() {
-				return c
+		for i, node := range c.nodes {
+			c.Kill(i)
+			if t.Failed() {
+				t.Logf("nats-server %s output:\n%s", node.name, tail(node.out.String(), 30))
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the NATS cluster elected no JetStream leader within 30s")
+	})
+	for i := range c.nodes {
+		c.Start(i)
+	}
+	c.waitJetStream()
+	return c
+}
+
+// buildNATSServer builds the nats-server command of the module's
+// nats-server dependency into a temporary directory.
+func buildNATSServer(t testing.TB) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "nats-server")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	args := []string{"build", "-o", exe}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/nats-io/nats-server/v2")
+	started := time.Now()
+	if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
+		t.Fatalf("build nats-server (go %s): %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("built nats-server in %s", time.Since(started).Round(time.Millisecond))
+	return exe
+}
+
+// waitJetStream waits until the cluster answers JetStream requests.
+func (c *NATSCluster) waitJetStream() {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the NATS cluster serves no JetStream after %s: %v", clusterReadyTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // URLs lists the client URLs, comma-separated.
 func (c *NATSCluster) URLs() string {
 	var us []string
-	for _, o := range c.opts {
-		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	for _, node := range c.nodes {
+		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", node.port))
 	}
 	return strings.Join(us, ",")
 }
 
-// Start starts server i (again, with its store).
+// Start starts node i (again, on its store) and waits until it listens.
 func (c *NATSCluster) Start(i int) {
 	c.t.Helper()
-	s, err := server.NewServer(c.opts[i])
-	if err != nil {
-		c.t.Fatal(err)
+	node := c.nodes[i]
+	if node.cmd != nil {
+		c.t.Fatalf("nats-server %s is already running", node.name)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		c.t.Fatalf("server %d not ready", i)
+	cmd := exec.Command(c.exe, "-c", node.conf)
+	cmd.Stdout, cmd.Stderr = node.out, node.out
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start nats-server %s: %v", node.name, err)
 	}
-	c.servers[i] = s
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	node.cmd, node.done = cmd, done
+	addr := fmt.Sprintf("127.0.0.1:%d", node.port)
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			return
+		}
+		select {
+		case <-done:
+			node.cmd = nil
+			c.t.Fatalf("nats-server %s exited before listening on %s:\n%s", node.name, addr, tail(node.out.String(), 30))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nats-server %s does not listen on %s after %s", node.name, addr, clusterReadyTimeout)
+		}
+	}
 }
 
-// Stop shuts server i down (as abruptly as an embedded server allows).
-func (c *NATSCluster) Stop(i int) {
-	if s := c.servers[i]; s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-		c.servers[i] = nil
+// Kill sends SIGKILL to node i and waits for the process to end.
+func (c *NATSCluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
+
+// Stop stops node i gracefully (SIGTERM) and waits for it to end.
+func (c *NATSCluster) Stop(i int) { c.signal(i, syscall.SIGTERM) }
+
+func (c *NATSCluster) signal(i int, sig syscall.Signal) {
+	node := c.nodes[i]
+	if node.cmd == nil {
+		return
 	}
+	_ = node.cmd.Process.Signal(sig)
+	<-node.done
+	node.cmd = nil
 }
 
-// Index returns the index of the server named name, or -1.
+// Index returns the index of the node named name, or -1.
 func (c *NATSCluster) Index(name string) int {
-	for i, o := range c.opts {
-		if o.ServerName == name {
+	for i, node := range c.nodes {
+		if node.name == name {
 			return i
 		}
 	}

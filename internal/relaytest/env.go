@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -37,8 +38,10 @@ var ClusterSettings = map[string]string{
 	"full_page_writes":      "off",
 }
 
-// StartCluster starts a private cluster for a test binary. Without Postgres
-// server binaries it fails and says so: tests never skip for that.
+// StartCluster starts a private cluster for a test binary and prints which
+// Postgres it runs (shown with -v or when the package fails). Set
+// OUTBOX_TEST_PG_BINDIR to test another major version (see devenv). Without
+// Postgres server binaries it fails and says so: tests never skip for that.
 func StartCluster(settings map[string]string, initArgs ...string) (*devenv.Postgres, error) {
 	merged := map[string]string{}
 	for k, v := range ClusterSettings {
@@ -53,6 +56,7 @@ func StartCluster(settings map[string]string, initArgs ...string) (*devenv.Postg
 	if err != nil {
 		return nil, fmt.Errorf("tests need a Postgres server: %w", err)
 	}
+	fmt.Fprintf(os.Stderr, "test cluster: PostgreSQL %d from %s\n", pg.MajorVersion(), pg.BinDir())
 	return pg, nil
 }
 
@@ -92,11 +96,16 @@ type Env struct {
 	// instead of the test's own servers (a fault proxy, another server).
 	RelayPG   string
 	RelayNATS string
-	Slot      string
-	Pub       string
-	Stream    string
-	Subject   string
-	DeadSubj  string
+	// DuplicateWindow is the dedup window of a stream the relay creates
+	// (--duplicate-window): 1 s, so that an event the relay publishes
+	// again is stored twice and the check sees it, where the default two
+	// minutes would hide it.
+	DuplicateWindow time.Duration
+	Slot            string
+	Pub             string
+	Stream          string
+	Subject         string
+	DeadSubj        string
 }
 
 var dbCounter atomic.Int64
@@ -111,6 +120,7 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 		Table:    decode.Table{Schema: "public", Name: "outbox_events"},
 		Pub:      "outbox_pub", Stream: "OUTBOX",
 		Subject: "outbox.{aggregate_type}.{event_type}", DeadSubj: "outbox_dead_letter",
+		DuplicateWindow: time.Second,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -193,8 +203,14 @@ func (e *Env) dropDatabase() {
 	}
 	defer admin.Close(ctx)
 	// Slots pin the database; drop them first (terminating their users).
-	_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, e.Database)
-	time.Sleep(100 * time.Millisecond)
+	for ctx.Err() == nil {
+		var active int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`,
+			e.Database).Scan(&active); err != nil || active == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	_, _ = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, e.Database)
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.Database+" WITH (FORCE)")
 }
@@ -221,7 +237,10 @@ func (e *Env) ClusterLog() string {
 	return ""
 }
 
-// RelayArgs are the flags that point a relay at this Env.
+// RelayArgs are the flags that point a relay at this Env: its servers (or
+// RelayPG, RelayNATS), its names, the Env's DuplicateWindow, and metrics on
+// a free loopback port (Relay.Metric reads them). Flags given after these
+// override them.
 func (e *Env) RelayArgs() []string {
 	pg, nurl := e.PGURL, e.NATSURL
 	if e.RelayPG != "" {
@@ -230,7 +249,11 @@ func (e *Env) RelayArgs() []string {
 	if e.RelayNATS != "" {
 		nurl = e.RelayNATS
 	}
-	return append(e.toolArgs(pg, nurl), "--metrics-addr", "")
+	args := append(e.toolArgs(pg, nurl), "--metrics-addr", "127.0.0.1:0")
+	if e.DuplicateWindow > 0 {
+		args = append(args, "--duplicate-window", e.DuplicateWindow.String())
+	}
+	return args
 }
 
 // ToolArgs are the flags that point an operator command (verify, dlq,
@@ -280,6 +303,37 @@ func (e *Env) SlotInfo() replication.SlotInfo {
 		e.T.Fatal(err)
 	}
 	return info
+}
+
+// WALPosition returns the server's current WAL insert position.
+func (e *Env) WALPosition() pglogrepl.LSN {
+	e.T.Helper()
+	var lsn pglogrepl.LSN
+	if err := e.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		e.T.Fatal(err)
+	}
+	return lsn
+}
+
+// WaitSlotCaughtUp waits until the slot has confirmed all WAL written so
+// far (confirmed_flush_lsn >= pg_current_wal_lsn() read now). Called
+// after the writes end, it means the relay holds a PubAck for every
+// committed event and has nothing left to send: what the stream holds then
+// is final until a relay starts again. It fails the test after timeout.
+func (e *Env) WaitSlotCaughtUp(timeout time.Duration) {
+	e.T.Helper()
+	target := e.WALPosition()
+	deadline := time.Now().Add(timeout)
+	for {
+		confirmed := e.SlotInfo().ConfirmedFlush
+		if confirmed >= target {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("the slot confirmed %s after %s, short of the WAL position %s at the end of the writes", confirmed, timeout, target)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func firstLine(s string) string {

@@ -2,9 +2,13 @@ package relaytest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,12 +31,18 @@ type Relay struct {
 	logs *syncBuffer
 	done chan struct{}
 	err  error
+	// metrics is whether the relay serves /metrics (--metrics-addr not
+	// empty); metricsAddr is where, once read from its log.
+	metrics     bool
+	metricsAddr string
 }
 
 // StartRelay starts `outbox-relay args...`; it is killed when the test ends.
+// With --metrics-addr (Env.RelayArgs gives 127.0.0.1:0) its metrics can be
+// read with Metric.
 func StartRelay(t testing.TB, bin Binary, args ...string) *Relay {
 	t.Helper()
-	r := &Relay{t: t, logs: &syncBuffer{}, done: make(chan struct{})}
+	r := &Relay{t: t, logs: &syncBuffer{}, done: make(chan struct{}), metrics: servesMetrics(args)}
 	r.cmd = exec.Command(bin.Path, args...)
 	r.cmd.Env = append(os.Environ(), bin.Env...)
 	r.cmd.Stdout = r.logs
@@ -113,6 +123,129 @@ func (r *Relay) WaitLog(substr string, timeout time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// CountLog returns how many times the log contains substr.
+func (r *Relay) CountLog(substr string) int { return strings.Count(r.Logs(), substr) }
+
+// Drain stops the relay with SIGTERM and fails the test unless it exits 0
+// within timeout: the relay drains its publishes, confirms the final
+// position and stops, so nothing it sent can land in the stream later.
+func (r *Relay) Drain(timeout time.Duration) {
+	r.t.Helper()
+	r.Term()
+	if code := r.Wait(timeout); code != 0 {
+		r.t.Fatalf("relay exited %d on SIGTERM, want 0; log:\n%s", code, tail(r.Logs(), 40))
+	}
+}
+
+// InFlightMetric is the relay's gauge of events sent and not yet
+// acknowledged (sink.Metrics.InFlight).
+const InFlightMetric = "outbox_relay_publish_in_flight"
+
+// DuplicateAcksMetric counts the publishes JetStream acknowledged as
+// duplicates, that is, dropped (sink.Metrics.Duplicates).
+const DuplicateAcksMetric = "outbox_relay_duplicate_acks_total"
+
+// WaitInFlight waits until the relay reports events in flight (published,
+// PubAck pending), scraping its /metrics, and returns how many: the moment
+// to inject a fault that must hit publishes in flight. Write a backlog
+// first (Env.Backlog): a relay that keeps up with a light load has nothing
+// in flight most of the time.
+func (r *Relay) WaitInFlight(timeout time.Duration) int {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := r.Metric(InFlightMetric)
+		if err == nil && n > 0 {
+			return int(n)
+		}
+		if r.Exited() {
+			r.t.Fatalf("relay exited (%v) while the test waited for publishes in flight; log:\n%s", r.err, tail(r.Logs(), 40))
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no publish in flight within %s (%s = %v, %v)", timeout, InFlightMetric, n, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Metric scrapes the relay's /metrics and returns the sample named series:
+// a metric name, with its labels when it has any
+// (`outbox_relay_slot_wal_status{status="reserved"}`).
+func (r *Relay) Metric(series string) (float64, error) {
+	body, err := r.Scrape()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if ok && name == series {
+			return strconv.ParseFloat(strings.TrimSpace(value), 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", series)
+}
+
+// Scrape returns the relay's /metrics page.
+func (r *Relay) Scrape() (string, error) {
+	addr, err := r.MetricsAddr()
+	if err != nil {
+		return "", err
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return string(b), nil
+}
+
+// MetricsAddr returns the address the relay serves /metrics on, as it
+// logged it (--metrics-addr 127.0.0.1:0 picks a free port).
+func (r *Relay) MetricsAddr() (string, error) {
+	if !r.metrics {
+		return "", fmt.Errorf("relay pid %d serves no metrics (--metrics-addr is empty)", r.Pid())
+	}
+	if r.metricsAddr != "" {
+		return r.metricsAddr, nil
+	}
+	for _, line := range strings.Split(r.Logs(), "\n") {
+		if !strings.Contains(line, "serving /metrics") {
+			continue
+		}
+		var entry struct {
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Addr != "" {
+			r.metricsAddr = entry.Addr
+			return entry.Addr, nil
+		}
+	}
+	return "", fmt.Errorf("relay pid %d has not logged its metrics address yet", r.Pid())
+}
+
+// servesMetrics reports whether the last --metrics-addr of args (the one
+// the relay uses) is not empty.
+func servesMetrics(args []string) bool {
+	serves := true // the relay's default address
+	for i, a := range args {
+		switch {
+		case a == "--metrics-addr" && i+1 < len(args):
+			serves = args[i+1] != ""
+		case strings.HasPrefix(a, "--metrics-addr="):
+			serves = a != "--metrics-addr="
+		}
+	}
+	return serves
 }
 
 type syncBuffer struct {

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// The nemesis flags: go test -run TestNemesis ./cmd/outbox-relay -args
+// -nemesis.seed=N -nemesis.duration=20m -nemesis.faults=relay-kill,nats-kill
+var (
+	nemesisSeed     = flag.Uint64("nemesis.seed", 0, "seed of TestNemesis's fault schedule; the same seed replays the same schedule (0: from the clock)")
+	nemesisDuration = flag.Duration("nemesis.duration", 0, "planned time of TestNemesis's faults, gaps and holds without the recovery waits (default 60s, 20s with -short)")
+	nemesisFaults   = flag.String("nemesis.faults", "", "comma-separated fault kinds TestNemesis draws from (default all)")
+)
+
+// TestNemesis runs a seeded random schedule of every fault the suite
+// knows (relay SIGKILL and SIGTERM, nats-server SIGKILL and graceful stop,
+// Postgres fast and immediate stops, connection resets and blackholes on
+// the Postgres and the NATS side, a second relay instance on the slot, a
+// large transaction on a table outside the publication), one after the
+// other, each healed and recovered from before the next, under concurrent
+// writes with multi-row and rolled-back transactions. Then it stops the
+// load, waits for the slot to confirm everything, stops the relay with
+// SIGTERM and checks the stream against the table. The stream's dedup
+// window is 1 s, so that events published again show as duplicates.
+func TestNemesis(t *testing.T) {
+	seed := *nemesisSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	duration := *nemesisDuration
+	if duration == 0 {
+		duration = waitLong(20*time.Second, 60*time.Second)
+	}
+	t.Logf("nemesis seed %d (replay with -args -nemesis.seed=%d)", seed, seed)
+	faults, err := relaytest.ParseFaults(*nemesisFaults)
+	if err != nil {
+		t.Fatalf("nemesis seed %d: -nemesis.faults: %v", seed, err)
+	}
+	schedule := relaytest.NewSchedule(seed, duration, faults)
+	t.Log(schedule)
+
+	cluster, err := relaytest.StartCluster(nil)
+	if err != nil {
+		t.Fatalf("nemesis seed %d: %v", seed, err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	env := relaytest.NewEnv(t, cluster)
+	replay := fmt.Sprintf("go test -race -count=1 -timeout 60m -run 'TestNemesis$' -v ./cmd/outbox-relay -args -nemesis.seed=%d -nemesis.duration=%s", seed, duration)
+	if *nemesisFaults != "" {
+		replay += " -nemesis.faults=" + *nemesisFaults
+	}
+	n := relaytest.NewNemesis(t, relaytest.NemesisConfig{
+		Env: env, Cluster: cluster, Relay: relayBin, Schedule: schedule, Replay: replay,
+		RelayFlags: []string{"--ack-timeout", "2s", "--duplicate-window", "1s"},
+	})
+	res := n.Run()
+	t.Log(res.Summary())
+}

@@ -1,0 +1,63 @@
+package relaytest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestScheduleReplays: a seed gives the same schedule every time, and a
+// longer duration extends it without changing its start.
+func TestScheduleReplays(t *testing.T) {
+	a := NewSchedule(42, time.Minute, AllFaults)
+	b := NewSchedule(42, time.Minute, AllFaults)
+	if a.String() != b.String() {
+		t.Fatalf("seed 42 gave two schedules:\n%s\n%s", a, b)
+	}
+	if a.Planned < time.Minute || len(a.Steps) < 5 {
+		t.Errorf("a minute's schedule plans %s in %d steps", a.Planned, len(a.Steps))
+	}
+	long := NewSchedule(42, 10*time.Minute, AllFaults)
+	if !slices.Equal(long.Steps[:len(a.Steps)], a.Steps) {
+		t.Errorf("a longer schedule does not start with the shorter one")
+	}
+	if other := NewSchedule(43, time.Minute, AllFaults); other.String() == a.String() {
+		t.Errorf("seeds 42 and 43 gave the same schedule")
+	}
+	kinds := map[Fault]bool{}
+	for _, st := range long.Steps {
+		kinds[st.Fault] = true
+		h := holds[st.Fault]
+		if st.Hold < h.min || st.Hold > h.max || st.Gap < gaps.min || st.Gap > gaps.max {
+			t.Errorf("step %s: gap or hold outside its range", st)
+		}
+		if st.Fault == FaultBigTx && (st.Rows < bigTxMinRows || st.Rows > bigTxMaxRows) {
+			t.Errorf("step %s: size outside its range", st)
+		}
+	}
+	if len(kinds) != len(AllFaults) {
+		t.Errorf("10 minutes of faults drew only %d of %d kinds", len(kinds), len(AllFaults))
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	for _, in := range []string{"", "all"} {
+		if fs, err := ParseFaults(in); err != nil || len(fs) != len(AllFaults) {
+			t.Errorf("ParseFaults(%q) = %v, %v", in, fs, err)
+		}
+	}
+	fs, err := ParseFaults("nats-kill, relay-kill,nats-kill")
+	if err != nil || !slices.Equal(fs, []Fault{FaultNATSKill, FaultRelayKill}) {
+		t.Errorf("ParseFaults = %v, %v", fs, err)
+	}
+	if _, err := ParseFaults("relay-kil"); err == nil || !strings.Contains(err.Error(), "relay-kill") {
+		t.Errorf("a misspelt fault: %v", err)
+	}
+	s := NewSchedule(7, time.Minute, []Fault{FaultPGReset})
+	for _, st := range s.Steps {
+		if st.Fault != FaultPGReset {
+			t.Fatalf("step %s outside the faults asked for", st)
+		}
+	}
+}
