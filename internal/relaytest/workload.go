@@ -286,6 +286,11 @@ type Expect struct {
 	// Republished are ids published again by hand after the stream lost
 	// them (verify --republish, dlq retry): they land after later events.
 	Republished []string
+	// KnownDuplicateAcks, when set, names an open relay bug that makes
+	// JetStream drop resends within its window: a non-zero
+	// duplicate_acks_total is then logged with it instead of failing the
+	// case. Duplicates actually stored still fail the check.
+	KnownDuplicateAcks string
 }
 
 // Result is the outcome of CheckWith.
