@@ -5,7 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -23,21 +22,14 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	var cluster *devenv.Postgres
-	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
-		server = relaytest.ExternalServer(url)
-	} else {
-		var err error
-		if cluster, err = relaytest.StartCluster(nil); err != nil {
-			fmt.Fprintln(os.Stderr, "FAIL:", err)
-			os.Exit(1)
-		}
-		server = cluster
+	srv, closeServer, err := relaytest.OpenServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
 	}
+	server = srv
 	code := m.Run()
-	if cluster != nil {
-		cluster.Close()
-	}
+	closeServer()
 	os.Exit(code)
 }
 

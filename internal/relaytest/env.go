@@ -343,3 +343,17 @@ func firstLine(s string) string {
 	}
 	return s
 }
+
+// OpenServer returns the Postgres a test binary creates its databases in:
+// OUTBOX_TEST_PG_URL when set, otherwise a private cluster that close
+// removes. Without Postgres server binaries it fails: tests never skip.
+func OpenServer() (srv Server, close func(), err error) {
+	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
+		return ExternalServer(url), func() {}, nil
+	}
+	cluster, err := StartCluster(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cluster, func() { cluster.Close() }, nil
+}
