@@ -22,6 +22,7 @@ type tools struct {
 	stream jetstream.Stream
 	store  *checkpoint.Store
 	table  decode.Table
+	pgURL  string // what republished messages name as their source
 }
 
 func openPoolOnly(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
@@ -41,7 +42,7 @@ func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools
 	if err != nil {
 		return nil, err
 	}
-	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot)}
+	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot), pgURL: pgURL}
 	if t.nc, err = nats.Connect(nf.NATSURL, natsAuth(nf)...); err != nil {
 		t.close()
 		return nil, fmt.Errorf("connect to NATS at %s: %w", relay.RedactNATS(nf.NATSURL), err)
@@ -84,7 +85,9 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerol
 	if err != nil {
 		return nil, 0, err
 	}
-	o, err := relay.NewOneShot(ctx, t.nc, t.stream, n.relayConfig(), t.store, log)
+	cfg := n.relayConfig()
+	cfg.PGURL = t.pgURL
+	o, err := relay.NewOneShot(ctx, t.nc, t.stream, cfg, t.store, log)
 	if err != nil {
 		return nil, 0, err
 	}
