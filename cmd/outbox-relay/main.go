@@ -91,13 +91,9 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }
 
-// withExit gives err the exit code code.
-func withExit(code int, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &exitError{code: code, err: err}
-}
+// withExit gives err the exit code code; a nil err means the command
+// already said why.
+func withExit(code int, err error) error { return &exitError{code: code, err: err} }
 
 func exitCode(err error) int {
 	var ee *exitError
