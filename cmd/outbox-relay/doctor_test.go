@@ -97,6 +97,7 @@ func TestDoctorGoodSetup(t *testing.T) {
 	if code != 0 || !strings.Contains(text, "0 errors") || !strings.Contains(text, "is active (pid") {
 		t.Errorf("doctor text (exit %d):\n%s", code, text)
 	}
+	t.Logf("doctor:\n%s", text)
 	stopRelay(t, relay)
 }
 

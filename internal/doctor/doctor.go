@@ -62,9 +62,9 @@ func (r Report) Failed(failOnWarn bool) bool {
 // indented below it, and a summary.
 func (r Report) Print(w io.Writer) {
 	for _, f := range r.Findings {
-		fmt.Fprintf(w, "%-5s  %-28s %s\n", strings.ToUpper(string(f.Severity)), f.Check, f.Message)
+		fmt.Fprintf(w, "%-5s  %-33s %s\n", strings.ToUpper(string(f.Severity)), f.Check, f.Message)
 		if f.Fix != "" {
-			fmt.Fprintf(w, "       %-28s fix: %s\n", "", f.Fix)
+			fmt.Fprintf(w, "       %-33s fix: %s\n", "", f.Fix)
 		}
 	}
 	fmt.Fprintf(w, "\n%d errors, %d warnings\n", r.Errors, r.Warnings)

@@ -164,7 +164,7 @@ func streamFindings(f natsFacts, o NATSOptions) []Finding {
 		out = append(out, ok("nats.stream_subjects", "stream %q subjects %v cover %q and the dead-letter subject %q", name, f.Stream.Subjects, o.Stream.Template.Filter(), o.Stream.DeadLetterSubject))
 	}
 	if !bad["storage"] {
-		out = append(out, ok("nats.stream_storage", "stream %q uses %s storage", name, f.Stream.Storage))
+		out = append(out, ok("nats.stream_storage", "stream %q uses %s storage", name, strings.ToLower(f.Stream.Storage.String())))
 	}
 	return out
 }
@@ -174,7 +174,9 @@ func createdWindow(o NATSOptions) time.Duration {
 }
 
 // duplicateWindowFinding: a publish resent after an outage carries the same
-// Nats-Msg-Id; JetStream drops it only within the duplicate window.
+// Nats-Msg-Id; JetStream drops it only within the duplicate window. The
+// relay reads the stream before it resends, so the window is the second
+// line of defence; it must still span the outages one plans for.
 func duplicateWindowFinding(f natsFacts, o NATSOptions) Finding {
 	const check = "nats.duplicate_window"
 	outage := cmp.Or(o.MaxOutage, DefaultMaxOutage)
@@ -184,7 +186,7 @@ func duplicateWindowFinding(f natsFacts, o NATSOptions) Finding {
 	}
 	if window < outage {
 		return problem(Error, check, fix,
-			"duplicate window %s is shorter than the longest outage to tolerate (--max-outage %s): a publish resent after a longer NATS outage is stored twice",
+			"duplicate window %s is shorter than the longest outage to tolerate (--max-outage %s): JetStream drops a repeated Nats-Msg-Id only within the window, so a copy sent later than that after the original (a resend the relay's reconciliation after an outage cannot rule out, a standby taking over, verify --republish) is stored twice",
 			window, outage)
 	}
 	return ok(check, "duplicate window %s covers an outage of %s (--max-outage)", window, outage)
