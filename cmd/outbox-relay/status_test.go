@@ -97,6 +97,7 @@ func TestStatusWatch(t *testing.T) {
 		t.Errorf("status --watch exited %d on SIGINT, want 0:\n%s", code, watch.Logs())
 	}
 	logs := watch.Logs()
+	t.Logf("status --watch without a terminal:\n%s", logs)
 	if strings.Contains(logs, "\x1b[") || !strings.Contains(logs, "last_event=") || !strings.Contains(logs, "dead_letters=\"0 not retried\"") {
 		t.Errorf("watch output without a terminal:\n%s", logs)
 	}
@@ -112,4 +113,25 @@ func hasRate(logs string) bool {
 		}
 	}
 	return false
+}
+
+// TestWatchViewTerminal: on a terminal the view is redrawn in place (cursor
+// home, each line cleared to its end, the rest of the screen cleared) and
+// the rate is the stream's sequence per second between samples.
+func TestWatchViewTerminal(t *testing.T) {
+	var b strings.Builder
+	v := &watchView{w: &b, tty: true}
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	prev := watchSample{at: at, r: statusReport{Slot: "s", Stream: "OUTBOX", Exists: true, Active: true, ActivePID: 7, StreamLastSeq: 100}}
+	cur := prev
+	cur.at, cur.r.StreamLastSeq = at.Add(2*time.Second), 120
+	v.start()
+	v.draw(cur, prev, time.Second)
+	v.stop()
+	out := b.String()
+	for _, want := range []string{"\x1b[?25l\x1b[2J", "\x1b[H", "slot           active pid 7", "rate           10.0 msg/s\x1b[K\n", "\x1b[J", "\x1b[?25h"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("terminal view lacks %q:\n%q", want, out)
+		}
+	}
 }
