@@ -232,4 +232,3 @@ func startBareNATS(t *testing.T, edit func(*natsserver.Options)) string {
 	t.Cleanup(srv.Shutdown)
 	return srv.ClientURL()
 }
-
