@@ -76,10 +76,11 @@ func TestDoctorGoodSetup(t *testing.T) {
 			t.Errorf("no ok finding %s:\n%s", c, out)
 		}
 	}
-	// The test cluster's 5 s wal_sender_timeout is under twice the default
-	// status interval: a warning, which --fail-on-warn turns into exit 1.
-	if len(findingOf(rep, "postgres.wal_sender_timeout", doctor.Warn)) != 1 {
-		t.Errorf("no warning about wal_sender_timeout = 5s:\n%s", out)
+	// max_slot_wal_keep_size always warns (unbounded: the disk can fill;
+	// bounded: the slot can be invalidated), and --fail-on-warn turns
+	// warnings into exit 1.
+	if len(findingOf(rep, "postgres.max_slot_wal_keep_size", doctor.Warn)) != 1 {
+		t.Errorf("no warning about max_slot_wal_keep_size:\n%s", out)
 	}
 	if _, code, _ := runDoctor(t, env, "--fail-on-warn"); code != 1 {
 		t.Errorf("doctor --fail-on-warn with warnings: exit %d, want 1", code)
