@@ -17,7 +17,7 @@ type doctorCmd struct {
 	natsFlags      `embed:""`
 	nameFlags      `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
-	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, judged against wal_sender_timeout."`
+	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`
 	FailOnWarn     bool          `name:"fail-on-warn" help:"Exit 1 on warnings too."`
 	JSON           bool          `name:"json" help:"Print JSON instead of text."`
 }

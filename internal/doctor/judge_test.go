@@ -61,7 +61,7 @@ func TestPGFindings(t *testing.T) {
 		{"no free slot", func(f *pgFacts) { f.Slot = replication.SlotInfo{}; f.SlotsUsed = 10 }, "postgres.replication_slots", Error, "max_replication_slots = 12", nil},
 		{"no free sender", func(f *pgFacts) { f.Slot.Active = false; f.SendersUsed = 10 }, "postgres.wal_senders", Error, "max_wal_senders = 12", nil},
 		{"sender timeout off", func(f *pgFacts) { f.Settings["wal_sender_timeout"] = "0" }, "postgres.wal_sender_timeout", Warn, "wal_sender_timeout = '60s'", nil},
-		{"sender timeout short", func(f *pgFacts) { f.Settings["wal_sender_timeout"] = "5000" }, "postgres.wal_sender_timeout", Warn, "--status-interval below 2.5s", nil},
+		{"sender timeout short", func(f *pgFacts) { f.Settings["wal_sender_timeout"] = "5000" }, "postgres.wal_sender_timeout", Info, "", nil},
 		{"update and delete published", func(f *pgFacts) { f.Pub.Update, f.Pub.Delete = true, true }, "postgres.publication_actions", Warn, "SET (publish = 'insert')", nil},
 		{"all tables", func(f *pgFacts) { f.Pub.AllTables = true }, "postgres.publication_tables", Warn, "CREATE PUBLICATION", nil},
 		{"rds flag off", func(f *pgFacts) { f.Settings["rds.logical_replication"] = "0" }, "postgres.managed", Error, "parameter group", nil},

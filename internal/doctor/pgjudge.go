@@ -153,8 +153,9 @@ func senderTimeoutFinding(f pgFacts, o PGOptions) Finding {
 		return problem(Warn, check, fix,
 			"wal_sender_timeout = 0 (off): a relay that dies without closing its connection keeps the slot active until TCP gives up (minutes, up to ~15), and no other relay can take it over")
 	case timeout < 2*o.StatusInterval:
-		return problem(Warn, check, fix+fmt.Sprintf(" Or run the relay with --status-interval below %s.", timeout/2),
-			"wal_sender_timeout = %s is under twice the relay's --status-interval (%s): a busy relay may be cut off by Postgres", timeout, o.StatusInterval)
+		// The relay caps its interval at half of wal_sender_timeout.
+		return info(check, "wal_sender_timeout = %s: the relay sends a status update at least every %s (half of it, below --status-interval %s)",
+			timeout, timeout/2, o.StatusInterval)
 	}
 	return ok(check, "wal_sender_timeout = %s (the relay reports at least every %s)", timeout, o.StatusInterval)
 }
