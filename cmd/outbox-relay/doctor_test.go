@@ -233,3 +233,15 @@ func startBareNATS(t *testing.T, edit func(*natsserver.Options)) string {
 	t.Cleanup(srv.Shutdown)
 	return srv.ClientURL()
 }
+
+// TestDoctorTableWithoutPayload: a table the relay cannot read is one
+// finding among the others, not the end of the report.
+func TestDoctorTableWithoutPayload(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	env.Exec(`ALTER TABLE outbox_events DROP COLUMN payload CASCADE`)
+	rep, code, out := runDoctor(t, env)
+	if code != 1 || len(findingOf(rep, "postgres.table", doctor.Error)) != 1 || len(findingOf(rep, "nats.jetstream", doctor.OK)) != 1 {
+		t.Errorf("exit %d, want 1 with the table's error and the other checks:\n%s", code, out)
+	}
+}
