@@ -128,7 +128,7 @@ func readPG(ctx context.Context, pool *pgxpool.Pool, o PGOptions) (pgFacts, erro
 	if err := readSlot(ctx, pool, o.Slot, &f); err != nil {
 		return f, err
 	}
-	if f.Grants.TableExists && f.Grants.TableSelect {
+	if f.Grants.TableExists && f.Grants.TableSelect && !hasProblem(f.Preflight, replication.ProblemTable) {
 		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(octet_length(payload::text)), 0), count(*) FROM (SELECT payload FROM %s LIMIT %d) s`,
 			o.Table.Quoted(), payloadSample)).Scan(&f.LargestPayload, &f.PayloadRows)
 		if err != nil {
@@ -188,4 +188,13 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, slot string, f *pgFacts) 
 	h, err := replication.ReadSlotHealth(ctx, pool, slot)
 	f.Invalidated, f.InactiveSince = h.Invalidated, h.InactiveSince
 	return err
+}
+
+func hasProblem(ps []replication.Problem, check string) bool {
+	for _, p := range ps {
+		if p.Check == check {
+			return true
+		}
+	}
+	return false
 }
