@@ -64,6 +64,9 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if err != nil {
 		return withExit(exitUsage, err)
 	}
+	if c.Watch && c.JSON {
+		return withExit(exitUsage, errors.New("--watch draws a view or prints lines; it has no --json"))
+	}
 	if c.Interval < 100*time.Millisecond {
 		return withExit(exitUsage, fmt.Errorf("--interval %s: use at least 100ms", c.Interval))
 	}

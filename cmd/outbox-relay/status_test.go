@@ -61,7 +61,7 @@ func TestStatusExitCodes(t *testing.T) {
 	if _, code, out := status("--pg-url", "postgres://postgres@127.0.0.1:1/postgres"); code != 2 {
 		t.Errorf("status with Postgres down: exit %d, want 2:\n%s", code, out)
 	}
-	for _, bad := range [][]string{{"--interval", "1ms"}, {"--no-such-flag"}} {
+	for _, bad := range [][]string{{"--interval", "1ms"}, {"--no-such-flag"}, {"--watch"}} { // status() adds --json
 		if _, code, out := status(bad...); code != 2 {
 			t.Errorf("status %v: exit %d, want 2:\n%s", bad, code, out)
 		}
