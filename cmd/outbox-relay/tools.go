@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,27 @@ func openPoolOnly(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, poolCfg)
 }
 
+// pingPool opens a pool and makes sure Postgres answers, for a command
+// that runs once.
+func pingPool(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
+	poolCfg, _, err := replication.ParseConnString(pgURL)
+	if err != nil {
+		return nil, err
+	}
+	where := replication.Describe(&poolCfg.ConnConfig.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	return pool, nil
+}
+
 func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools, error) {
 	poolCfg, _, err := replication.ParseConnString(pgURL)
 	if err != nil {
@@ -45,7 +67,7 @@ func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools
 	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot), pgURL: pgURL}
 	if t.nc, err = nats.Connect(nf.NATSURL, natsAuth(nf)...); err != nil {
 		t.close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", relay.RedactNATS(nf.NATSURL), err)
+		return nil, relay.ExplainNATSConnect(ctx, err, nf.NATSURL)
 	}
 	js, err := jetstream.New(t.nc)
 	if err != nil {
