@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -130,6 +131,11 @@ func defaults() kong.Vars {
 		"ack_timeout":         shortDuration(sink.DefaultAckTimeout),
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
+		"poll_batch":          strconv.Itoa(poll.DefaultBatch),
+		"poll_interval":       shortDuration(poll.DefaultInterval),
+		"poll_max_attempts":   strconv.Itoa(poll.DefaultMaxAttempts),
+		"poll_backoff":        shortDuration(poll.DefaultBackoff),
+		"poll_max_backoff":    shortDuration(poll.DefaultMaxBackoff),
 	}
 }
 

@@ -1,0 +1,33 @@
+-- What the polling relay (`run --source poll`) keeps on each row, after
+-- "Transactional outbox pattern in Go with PostgreSQL": when a rejected
+-- row may be tried again (retry_after, the article's exponential backoff),
+-- why it was rejected last (last_error), and seq, the order rows were
+-- inserted in. The table's id is random and created_at is the inserting
+-- transaction's start, so neither orders the rows of one aggregate; seq,
+-- taken when the row is inserted, does. Rows inserted before this
+-- migration keep seq NULL and come first, in created_at order.
+--
+-- Adding nullable columns and a default to an existing table rewrites
+-- nothing. The WAL relay reads its columns by name and its publication
+-- publishes inserts only, so the polling relay's updates never reach it.
+-- +goose Up
+CREATE SEQUENCE IF NOT EXISTS {{.SeqSequence}};
+ALTER TABLE {{.Table}}
+    ADD COLUMN IF NOT EXISTS seq         BIGINT,
+    ADD COLUMN IF NOT EXISTS retry_after TIMESTAMPTZ,
+    ADD COLUMN IF NOT EXISTS last_error  TEXT;
+ALTER TABLE {{.Table}} ALTER COLUMN seq SET DEFAULT nextval({{.SeqSequenceLiteral}}::regclass);
+ALTER SEQUENCE {{.SeqSequence}} OWNED BY {{.Table}}.seq;
+
+-- The polling relay's scan: pending rows in insertion order.
+CREATE INDEX IF NOT EXISTS {{.PendingIndex}}
+    ON {{.Table}} (seq NULLS FIRST, created_at, id)
+    WHERE processed_at IS NULL;
+
+-- +goose Down
+DROP INDEX IF EXISTS {{.PendingIndexQualified}};
+ALTER TABLE {{.Table}}
+    DROP COLUMN IF EXISTS last_error,
+    DROP COLUMN IF EXISTS retry_after,
+    DROP COLUMN IF EXISTS seq;
+DROP SEQUENCE IF EXISTS {{.SeqSequence}};
