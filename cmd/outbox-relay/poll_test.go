@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// pollArgs run the relay in polling mode with batches small enough that
+// a kill lands in the middle of several.
+var pollArgs = []string{"--source", "poll", "--poll-batch", "200", "--poll-interval", "100ms", "--ack-timeout", "2s"}
+
+// logPolling is the polling relay's start-up line.
+const logPolling = "starting outbox relay, polling the table"
+
+// pendingRows counts the rows without processed_at.
+func pendingRows(t *testing.T, env *relaytest.Env) int {
+	t.Helper()
+	var n int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// settlePolled ends a polling fault case with the load stopped: every row
+// processed and in the stream, SIGTERM drains the relay (exit 0), and the
+// check holds, with up to maxDup events stored twice.
+func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, minTx, maxDup int) relaytest.Result {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for pendingRows(t, env) > 0 {
+		if time.Now().After(deadline) || relay.Exited() {
+			t.Fatalf("%d rows still pending; log:\n%s", pendingRows(t, env), relay.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	env.WaitRows(time.Minute)
+	dups, err := relay.Metric(relaytest.DuplicateAcksMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay.Drain(30 * time.Second)
+	res := env.CheckWith(relaytest.Expect{Workload: w, Polled: true, MinTx: minTx, StoredDuplicates: maxDup})
+	t.Logf("check: %s; the last relay's duplicate PubAcks: %v", res, dups)
+	return res
+}
+
+// TestPollFaultRelayKilledRepeatedly: the polling relay is SIGKILLed ten
+// times with publishes in flight under concurrent writes, then NATS stops
+// and starts again with publishes in flight. Nothing is lost or stored out
+// of aggregate order; a kill after some PubAcks and before the batch's
+// commit publishes those rows again, and a copy that arrives after the
+// stream's 1 s duplicate window is stored twice: at most one batch per
+// kill.
+func TestPollFaultRelayKilledRepeatedly(t *testing.T) {
+	env := newEnv(t)
+	w, stop := load(t, env)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	const kills = 10
+	for i := 0; i < kills; i++ {
+		relay := startRelay(t, env, pollArgs...)
+		relay.WaitLog(logPolling, faultWait)
+		w.WaitTx(t, 5, faultWait)
+		inFlight(t, env, relay, 300+rng.Intn(1200))
+		relay.Kill()
+	}
+	relay := startRelay(t, env, pollArgs...)
+	relay.WaitLog(logPolling, faultWait)
+	w.WaitTx(t, 10, faultWait)
+	inFlight(t, env, relay, 2000)
+	env.NATS.Stop()
+	time.Sleep(3 * time.Second) // the outage
+	if err := env.NATS.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitLogCount(t, relay, logOutageOver, 1, faultWait)
+	w.WaitTx(t, 10, faultWait)
+	stop()
+	res := settlePolled(t, env, relay, w, 60, kills*200)
+	t.Logf("%d events stored twice after %d kills", len(res.Duplicates), kills)
+}
+
+// TestPollRefusesWhileSlotExists: a polling relay does not start on a
+// table a WAL relay reads (it would publish everything again).
+func TestPollRefusesWhileSlotExists(t *testing.T) {
+	env := newEnv(t)
+	wal := startRelay(t, env)
+	wal.WaitLog(logStreaming, faultWait)
+	poller := startRelay(t, env, pollArgs...)
+	if code := poller.Wait(faultWait); code != 1 {
+		t.Fatalf("polling relay exited %d, want 1", code)
+	}
+	if !strings.Contains(poller.Logs(), "replication slot") || !strings.Contains(poller.Logs(), "docs/polling.md") {
+		t.Errorf("the refusal does not say why and what to do:\n%s", poller.Logs())
+	}
+	wal.Drain(30 * time.Second)
+}
+
+// TestWALIgnoresPollBookkeeping: with the polling columns in the table,
+// the WAL relay publishes inserts only: updates of processed_at,
+// attempts, retry_after and last_error reach no one.
+func TestWALIgnoresPollBookkeeping(t *testing.T) {
+	env := newEnv(t)
+	relay := startRelay(t, env)
+	relay.WaitLog(logStreaming, faultWait)
+	env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
+	env.WaitStored(2, 30*time.Second)
+	env.Exec(`UPDATE outbox_events SET processed_at = now(), attempts = attempts + 1, retry_after = now(), last_error = 'x'`)
+	// Decoded after the updates, in WAL order: once it is stored, anything
+	// the updates made the relay publish would be stored too.
+	env.Tx(relaytest.NewRow("order", "1", "shipped", `{}`))
+	env.WaitStored(3, 30*time.Second)
+	env.WaitSlotCaughtUp(30 * time.Second)
+	if n := env.CountStored(); n != 3 {
+		t.Fatalf("stream holds %d messages, want 3: updates were published", n)
+	}
+	relay.Drain(30 * time.Second)
+	env.Check()
+}
