@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -15,9 +16,10 @@ import (
 
 // batcher runs one batch at a time; Poller.loop owns it.
 type batcher struct {
-	p    *Poller
-	pool *pgxpool.Pool
-	pub  *sink.Publisher
+	p      *Poller
+	pool   *pgxpool.Pool
+	pub    *sink.Publisher
+	stream jetstream.Stream
 }
 
 // row is a pending row read in a batch.
@@ -55,8 +57,19 @@ func (b *batcher) run(ctx context.Context) (n int, full bool, err error) {
 	}
 	full = len(types) == b.p.cfg.Batch || len(rows) == b.p.cfg.Batch
 	take, rejects := b.plan(rows)
-	done := b.publish(ctx, take)
-	if err := b.settle(ctx, tx, done, rejects); err != nil {
+	take, found, claims, err := b.skipStored(ctx, tx, take)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(take) > 0 {
+		id, err := b.claim(ctx, take)
+		if err != nil {
+			return 0, false, err
+		}
+		claims = append(claims, id)
+	}
+	done := append(found, b.publish(ctx, take)...)
+	if err := b.settle(ctx, tx, done, rejects, claims); err != nil {
 		return 0, false, err
 	}
 	return len(done) + len(rejects), full, nil
@@ -177,12 +190,15 @@ func (b *batcher) publish(ctx context.Context, take []*row) []*row {
 }
 
 // settle marks the stored rows processed and the rejected ones for a
-// later try, and commits: the locks go with the commit.
-func (b *batcher) settle(ctx context.Context, tx pgx.Tx, done []*row, rejects []rejection) error {
+// later try, releases the claims on the rows settled, and commits: the
+// locks go with the commit. Rows published but not acknowledged (a stop
+// that outwaited the drain timeout) stay claimed.
+func (b *batcher) settle(ctx context.Context, tx pgx.Tx, done []*row, rejects []rejection, claims []int64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var ctids []string
+	var ctids, ids []string
 	for _, r := range done {
+		ids = append(ids, r.ev.ID)
 		if r.dead {
 			if _, err := tx.Exec(ctx, b.p.q.reject, r.ctid, r.ev.Problem, 0.0, true); err != nil {
 				return fmt.Errorf("mark dead letter %s: %w", r.ev.ID, err)
@@ -203,6 +219,14 @@ func (b *batcher) settle(ctx context.Context, tx pgx.Tx, done []*row, rejects []
 	if len(ctids) > 0 {
 		if _, err := tx.Exec(ctx, b.p.q.markProcessed, ctids); err != nil {
 			return fmt.Errorf("mark %d rows processed: %w", len(ctids), err)
+		}
+	}
+	if len(claims) > 0 {
+		if _, err := tx.Exec(ctx, b.p.cq.release, claims, ids); err != nil {
+			return fmt.Errorf("release the claims on %d rows: %w", len(ids), err)
+		}
+		if _, err := tx.Exec(ctx, b.p.cq.drop, claims); err != nil {
+			return fmt.Errorf("release the claims on %d rows: %w", len(ids), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

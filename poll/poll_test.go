@@ -230,3 +230,48 @@ func TestPollNotifyWakesAtOnce(t *testing.T) {
 		t.Errorf("slowest wake-up %s: NOTIFY did not wake the relay", lat[len(lat)-1])
 	}
 }
+
+// TestPollCommitLostAfterPubAcks: every row of a batch is stored, then
+// its commit fails (a deferred trigger refuses it: what a relay killed
+// between the PubAcks and the commit leaves behind). Long after the
+// stream's duplicate window the rows are still pending; the next batch
+// finds the claim, reads the stream and publishes none of them again.
+func TestPollCommitLostAfterPubAcks(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	env.Exec(`CREATE TABLE refuse_commit (on_ boolean NOT NULL)`)
+	env.Exec(`INSERT INTO refuse_commit VALUES (true)`)
+	env.Exec(`CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT on_ FROM refuse_commit) THEN RAISE EXCEPTION 'commit refused by the test'; END IF;
+    RETURN NULL;
+END $$`)
+	env.Exec(`CREATE CONSTRAINT TRIGGER refuse AFTER UPDATE ON outbox_events DEFERRABLE INITIALLY DEFERRED
+		FOR EACH ROW EXECUTE FUNCTION refuse()`)
+	ids := env.Backlog(50)
+	cfg := config(t, env)
+	cfg.Interval = 50 * time.Millisecond
+	r := start(t, env, cfg)
+	env.WaitStored(len(ids), 30*time.Second)
+	waitFor(t, "a commit refused", 30*time.Second, func() bool { return r.metric(t, "outbox_relay_poll_errors_total") >= 1 })
+	// The fault's duration: past the duplicate window, a copy is stored.
+	time.Sleep(2 * env.DuplicateWindow)
+	if n := pending(t, env); n != len(ids) {
+		t.Fatalf("%d rows pending while commits are refused, want %d", n, len(ids))
+	}
+	env.Exec(`UPDATE refuse_commit SET on_ = false`)
+	waitFor(t, "rows processed", 30*time.Second, func() bool { return pending(t, env) == 0 })
+	if n := env.CountStored(); n != uint64(len(ids)) {
+		t.Errorf("stream holds %d messages, want %d: rows were published again", n, len(ids))
+	}
+	if n := r.metric(t, "outbox_relay_duplicate_acks_total"); n != 0 {
+		t.Errorf("%v duplicate PubAcks: rows the stream held were published again", n)
+	}
+	var claims int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_relay_poll_claims`).Scan(&claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims != 0 {
+		t.Errorf("%d claims left", claims)
+	}
+	env.CheckWith(relaytest.Expect{Polled: true})
+}

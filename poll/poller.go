@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ type Poller struct {
 	log     zerolog.Logger
 	poolCfg *pgxpool.Config
 	q       queries
+	cq      claimQueries
 	class   int32
 	metrics *metrics
 	// byteaPayload says the payload column is bytea (text output is hex).
@@ -55,7 +57,7 @@ func New(cfg Config, deps relay.Deps) (*Poller, error) {
 		return nil, err
 	}
 	p := &Poller{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg,
-		q: newQueries(cfg.Relay.Table), class: lockClass(cfg.Relay.Table)}
+		q: newQueries(cfg.Relay.Table), cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
 	starting := errors.New("starting")
 	p.notReady.Store(&starting)
 	return p, nil
@@ -144,13 +146,12 @@ func (p *Poller) Run(ctx context.Context) error {
 		defer bg.Done()
 		listen(bgCtx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
 	}()
-	return p.loop(ctx, pool, pub, wake)
+	return p.loop(ctx, &batcher{p: p, pool: pool, pub: pub, stream: stream}, wake)
 }
 
 // loop runs batches: at once after a full one, else on a notification or
 // after Interval.
-func (p *Poller) loop(ctx context.Context, pool *pgxpool.Pool, pub *sink.Publisher, wake <-chan struct{}) error {
-	b := &batcher{p: p, pool: pool, pub: pub}
+func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) error {
 	bo := retry.NewBackoff(200*time.Millisecond, p.cfg.Interval+5*time.Second)
 	logs := retry.NewLogLimiter()
 	timer := time.NewTimer(time.Hour)
@@ -210,6 +211,13 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("table %s does not exist: run `outbox-relay migrate`", cfg.Table)
 	}
 	p.byteaPayload = cols["payload"] == "bytea"
+	var claims bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{cfg.Table.Schema, ClaimsTable}.Sanitize()).Scan(&claims); err != nil {
+		return fmt.Errorf("look for %s: %w", ClaimsTable, err)
+	}
+	if !claims {
+		return fmt.Errorf("table %s.%s is missing, which polling needs: run `outbox-relay migrate`", cfg.Table.Schema, ClaimsTable)
+	}
 	for _, c := range append([]string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at"}, bookkeeping...) {
 		if _, ok := cols[c]; !ok {
 			return fmt.Errorf("table %s has no column %s, which polling needs: run `outbox-relay migrate`", cfg.Table, c)

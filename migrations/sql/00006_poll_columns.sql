@@ -24,7 +24,20 @@ CREATE INDEX IF NOT EXISTS {{.PendingIndex}}
     ON {{.Table}} (seq NULLS FIRST, created_at, id)
     WHERE processed_at IS NULL;
 
+-- The rows a polling batch is publishing, written (and committed) before
+-- it publishes them and deleted by the batch's own commit. A claim that
+-- outlives its batch means the batch ended without committing (the relay
+-- was killed, the commit failed) after some of its rows may have reached
+-- the stream: the next batch to take them reads the stream first and does
+-- not publish again what it holds, however long after.
+CREATE TABLE IF NOT EXISTS {{.Schema}}.outbox_relay_poll_claims (
+    claim_id   BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_ids  TEXT[]      NOT NULL,
+    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
 -- +goose Down
+DROP TABLE IF EXISTS {{.Schema}}.outbox_relay_poll_claims;
 DROP INDEX IF EXISTS {{.PendingIndexQualified}};
 ALTER TABLE {{.Table}}
     DROP COLUMN IF EXISTS last_error,
