@@ -59,8 +59,8 @@ func (n Names) values() map[string]string {
 		"PublicationLiteral":    literal(n.Publication),
 		"SeqSequence":           quote(n.Table.Schema, n.Table.Name+"_seq_seq"),
 		"SeqSequenceLiteral":    literal(quote(n.Table.Schema, n.Table.Name+"_seq_seq")),
-		"PendingIndex":          quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_pending_seq"),
-		"PendingIndexQualified": quote(n.Table.Schema, "idx_"+strings.TrimSuffix(n.Table.Name, "_events")+"_pending_seq"),
+		"PendingIndex":          quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_pending_aggregate"),
+		"PendingIndexQualified": quote(n.Table.Schema, "idx_"+strings.TrimSuffix(n.Table.Name, "_events")+"_pending_aggregate"),
 	}
 }
 

@@ -55,7 +55,7 @@ func (b *batcher) run(ctx context.Context) (n int, full bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	full = len(types) == b.p.cfg.Batch || len(rows) == b.p.cfg.Batch
+	full = len(types) == b.p.cfg.Batch || b.anyShareFull(rows, len(types))
 	take, rejects := b.plan(rows)
 	take, found, claims, err := b.skipStored(ctx, tx, take)
 	if err != nil {
@@ -96,11 +96,28 @@ func (b *batcher) lockAggregates(ctx context.Context, tx pgx.Tx) (types, ids []s
 	return types, ids, nil
 }
 
+// share is how many rows of each of n aggregates a batch reads.
+func (b *batcher) share(n int) int { return (b.p.cfg.Batch + n - 1) / n }
+
+// anyShareFull reports whether an aggregate gave all the rows it could:
+// it may have more waiting.
+func (b *batcher) anyShareFull(rows []row, aggregates int) bool {
+	share := b.share(aggregates)
+	per := map[[2]string]int{}
+	for _, r := range rows {
+		agg := [2]string{r.ev.AggregateType, r.ev.AggregateID}
+		if per[agg]++; per[agg] >= share {
+			return true
+		}
+	}
+	return false
+}
+
 // read locks and reads the pending rows of the aggregates held, in order.
 // Its snapshot is taken after the advisory locks, so it sees every commit
 // of the instance that held an aggregate before.
 func (b *batcher) read(ctx context.Context, tx pgx.Tx, types, ids []string) ([]row, error) {
-	rows, err := tx.Query(ctx, b.p.q.pendingRows, types, ids, b.p.cfg.Batch)
+	rows, err := tx.Query(ctx, b.p.q.pendingRows, types, ids, b.share(len(types)))
 	if err != nil {
 		return nil, fmt.Errorf("read pending rows of %s: %w", b.p.cfg.Relay.Table, err)
 	}

@@ -223,6 +223,19 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 			return fmt.Errorf("table %s has no column %s, which polling needs: run `outbox-relay migrate`", cfg.Table, c)
 		}
 	}
+	var nullable []string
+	rows, err := pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass
+		AND attname IN ('aggregate_type', 'aggregate_id') AND NOT attnotnull`, cfg.Table.Quoted())
+	if err == nil {
+		nullable, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return fmt.Errorf("read the columns of %s: %w", cfg.Table, err)
+	}
+	if len(nullable) > 0 {
+		return fmt.Errorf("%s allows NULL in %v, and the polling relay orders rows by aggregate: run ALTER TABLE %s ALTER COLUMN ... SET NOT NULL (the seed's schema has NOT NULL)",
+			cfg.Table, nullable, cfg.Table.Quoted())
+	}
 	var slot bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, cfg.Slot).Scan(&slot); err != nil {
 		return fmt.Errorf("look for the WAL relay's slot %q: %w", cfg.Slot, err)

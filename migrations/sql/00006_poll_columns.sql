@@ -19,9 +19,10 @@ ALTER TABLE {{.Table}}
 ALTER TABLE {{.Table}} ALTER COLUMN seq SET DEFAULT nextval({{.SeqSequenceLiteral}}::regclass);
 ALTER SEQUENCE {{.SeqSequence}} OWNED BY {{.Table}}.seq;
 
--- The polling relay's scan: pending rows in insertion order.
+-- The polling relay reads an aggregate's pending rows in insertion order
+-- (it finds the aggregates through the created_at index of 00001).
 CREATE INDEX IF NOT EXISTS {{.PendingIndex}}
-    ON {{.Table}} (seq NULLS FIRST, created_at, id)
+    ON {{.Table}} (aggregate_type, aggregate_id, seq NULLS FIRST, created_at, id)
     WHERE processed_at IS NULL;
 
 -- The rows a polling batch is publishing, written (and committed) before
