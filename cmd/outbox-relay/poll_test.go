@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // pollArgs run the relay in polling mode with batches small enough that
@@ -135,4 +138,43 @@ func TestWALIgnoresPollBookkeeping(t *testing.T) {
 	}
 	relay.Drain(30 * time.Second)
 	env.Check()
+}
+
+// TestPollDeadLetterListVerifyRetry: in polling mode a row the stream
+// refuses is tried --poll-max-attempts times, then dead-lettered exactly as
+// in WAL mode: `dlq list` shows it with the reason, `verify` (which reads no
+// slot) finds the table and the stream in agreement, and `dlq retry`
+// publishes the row once it is fixed.
+func TestPollDeadLetterListVerifyRetry(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	if _, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.>", env.DeadSubj},
+		Storage: jetstream.FileStorage, MaxMsgSize: 2048, Duplicates: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, env, append(pollArgs, "--poll-max-attempts", "2", "--poll-backoff", "100ms")...)
+	relay.WaitLog(logPolling, faultWait)
+	tooBig := env.Tx(relaytest.NewRow("order", "1", "too.big", `{"blob": "`+strings.Repeat("x", 3000)+`"}`),
+		relaytest.NewRow("order", "1", "next", `{}`))[0]
+	for deadline := time.Now().Add(faultWait); pendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rows still pending; log:\n%s", relay.Logs())
+		}
+	}
+	out, err := runCLI(t, "dlq", "list", "--pg-url", env.PGURL)
+	if err != nil || !strings.Contains(out, tooBig) || !strings.Contains(out, "gave up after 2 attempts") {
+		t.Fatalf("dlq list (%v):\n%s", err, out)
+	}
+	if out, err := runCLI(t, append([]string{"verify"}, env.ToolArgs()...)...); err != nil {
+		t.Fatalf("verify in polling mode (%v):\n%s", err, out)
+	}
+	env.Exec(`UPDATE outbox_events SET payload = '{"fixed": true}' WHERE id = $1`, tooBig)
+	if out, err := runCLI(t, append([]string{"dlq", "retry", "--id", tooBig}, env.ToolArgs()...)...); err != nil || !strings.Contains(out, "published") {
+		t.Fatalf("dlq retry after fixing the row (%v):\n%s", err, out)
+	}
+	m := lastOnSubjects(t, env, "outbox.>")
+	if m.Header.Get(sink.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
+		t.Errorf("retried event: %q %q", m.Header.Get(sink.HeaderMsgID), m.Data)
+	}
+	relay.Drain(30 * time.Second)
 }
