@@ -178,3 +178,35 @@ func TestPollDeadLetterListVerifyRetry(t *testing.T) {
 	}
 	relay.Drain(30 * time.Second)
 }
+
+// TestPollFaultPostgresCrash: Postgres is killed (immediate shutdown) under
+// load with publishes in flight and restarted; the polling relay's batch
+// fails, and the next one, after Postgres is back, finds the claim and
+// does not publish again what the stream holds.
+func TestPollFaultPostgresCrash(t *testing.T) {
+	cluster, err := relaytest.StartCluster(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	env := relaytest.NewEnv(t, cluster)
+	relay := startRelay(t, env, pollArgs...)
+	relay.WaitLog(logPolling, faultWait)
+	w, stop := load(t, env)
+	w.WaitTx(t, 30, faultWait)
+	inFlight(t, env, relay, 2000)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.Stop(ctx, "immediate"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the outage
+	if err := cluster.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	requireLog(t, relay, "poll failed", 1)
+	settlePolled(t, env, relay, w, 50, 0)
+	t.Logf("the relay found rows a failed batch had claimed %d times", relay.CountLog(logClaimed))
+}
