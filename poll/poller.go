@@ -157,6 +157,7 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	failing := false
 	for {
 		start := time.Now()
 		n, full, err := b.run(ctx)
@@ -172,10 +173,15 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 				p.log.Error().Err(err).Msg("poll failed; retrying")
 			}
 			wait = bo.Next()
+			failing = true
 		case full:
 			wait = 0
 			fallthrough
 		default:
+			if failing {
+				p.log.Info().Msg("polling works again")
+				failing, logs = false, retry.NewLogLimiter()
+			}
 			p.setReady(nil)
 			bo.Reset()
 			if n > 0 {
