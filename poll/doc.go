@@ -7,12 +7,13 @@
 // lock per aggregate (pg_try_advisory_xact_lock: an aggregate another
 // instance is working on is skipped, not waited for), then, with a fresh
 // snapshot, reads the pending rows of the aggregates it holds in insertion
-// order (the seq column) FOR UPDATE, publishes them through sink.Publisher
-// (same subjects, headers, Nats-Msg-Id and metrics as the WAL relay), waits
-// for their PubAcks, sets processed_at and commits. Locks and row updates
-// share the transaction, so a crash before the commit leaves the rows
-// pending: they are published again, and JetStream drops the copy by
-// Nats-Msg-Id within the stream's duplicate window.
+// order (the seq column) FOR UPDATE, claims them (a row committed on
+// another connection), publishes them through sink.Publisher (same
+// subjects, headers, Nats-Msg-Id and metrics as the WAL relay), waits for
+// their PubAcks, sets processed_at, releases the claim and commits. A
+// batch that ends without its commit (a kill, a failed commit) leaves its
+// rows pending and its claim behind: the next batch to take those rows
+// reads the stream first and publishes only the ones it does not hold.
 //
 // Guarantees:
 //
@@ -34,14 +35,16 @@
 //
 // Traps:
 //
-//   - Duplicates: a relay killed between the PubAck and the commit, or a
-//     commit that fails, publishes the rows again once it (or another
-//     instance) runs; after the stream's duplicate window that copy is
-//     stored. Consumers deduplicate by Nats-Msg-Id (package consumer).
+//   - Duplicates are still possible, and consumers deduplicate by
+//     Nats-Msg-Id (package consumer): the claim check reads the stream from
+//     30 s before the claim, so Postgres's and NATS's clocks must agree
+//     within that; a killed relay's last messages
+//     may still be on their way into the stream when it reads, and dead
+//     letters kept in another stream than the events are not looked for.
 //   - A batch holds its transaction open while it waits for PubAcks, also
 //     through a NATS outage: keep idle_in_transaction_session_timeout off
 //     or above the longest outage you ride out (a timeout rolls the batch
-//     back and the rows are republished).
+//     back; its claim then sends the next batch to the stream first).
 //   - Never run a WAL relay and a polling relay on one table: the WAL relay
 //     never sets processed_at, so the polling relay would publish again
 //     everything it published. Run refuses while the WAL relay's slot
