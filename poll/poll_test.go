@@ -275,3 +275,38 @@ END $$`)
 	}
 	env.CheckWith(relaytest.Expect{Polled: true})
 }
+
+// TestPollLeastPrivilege: a role with what migrate --relay-role grants plus
+// the two grants docs/polling.md lists runs the polling relay.
+func TestPollLeastPrivilege(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	role := "poll_" + env.Database
+	connCfg, err := pgx.ParseConfig(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := migrations.Names{Table: env.Table, Publication: env.Pub}
+	if err := migrations.GrantRole(context.Background(), connCfg, names, role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = env.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	env.Exec(`GRANT UPDATE (processed_at, attempts, retry_after, last_error) ON public.outbox_events TO ` + role)
+	env.Exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.outbox_relay_poll_claims TO ` + role)
+	cfg := config(t, env)
+	cfg.Relay.PGURL = strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
+	if cfg.Relay.PGURL == env.PGURL {
+		t.Fatalf("cannot put the role in %s", env.PGURL)
+	}
+	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
+	r := start(t, env, cfg)
+	waitFor(t, "row published as "+role, 30*time.Second, func() bool { return pending(t, env) == 0 })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	m := storedMsgs(t, env)[0]
+	t.Logf("Outbox-Source-System as %s: %q", role, m.Header.Get(sink.HeaderSourceSystem))
+	env.CheckWith(relaytest.Expect{Polled: true})
+}
