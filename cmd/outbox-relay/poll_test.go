@@ -210,3 +210,27 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 	settlePolled(t, env, relay, w, 50, 0)
 	t.Logf("the relay found rows a failed batch had claimed %d times", relay.CountLog(logClaimed))
 }
+
+// TestPollFaultNATSKilled: the NATS process (sync always) is SIGKILLed
+// twice under load with publishes in flight and restarted from its store;
+// the polling relay's batch waits through the outage and stores nothing
+// twice.
+func TestPollFaultNATSKilled(t *testing.T) {
+	env := newEnv(t)
+	nats := relaytest.StartNATSProcess(t, relayBin, true)
+	env.UseNATS(nats.URL())
+	relay := startRelay(t, env, pollArgs...)
+	relay.WaitLog(logPolling, faultWait)
+	w, stop := load(t, env)
+	for i := 1; i <= 2; i++ {
+		w.WaitTx(t, 30, faultWait)
+		inFlight(t, env, relay, 2000)
+		nats.Kill()
+		time.Sleep(3 * time.Second) // the outage
+		nats.Start()
+		waitLogCount(t, relay, logOutageOver, i, faultWait)
+	}
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	settlePolled(t, env, relay, w, 80, 0)
+}
