@@ -49,14 +49,18 @@ func (n Names) versionTable() string { return n.Table.Schema + "." + n.Table.Nam
 func (n Names) values() map[string]string {
 	quote := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
 	return map[string]string{
-		"Table":              n.Table.Quoted(),
-		"Schema":             quote(n.Table.Schema),
-		"SchemaLiteral":      literal(n.Table.Schema),
-		"TableLiteral":       literal(n.Table.Name),
-		"UnprocessedIndex":   quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_unprocessed"),
-		"DeadLetterView":     quote(n.Table.Schema, n.DeadLetterView()),
-		"Publication":        quote(n.Publication),
-		"PublicationLiteral": literal(n.Publication),
+		"Table":                 n.Table.Quoted(),
+		"Schema":                quote(n.Table.Schema),
+		"SchemaLiteral":         literal(n.Table.Schema),
+		"TableLiteral":          literal(n.Table.Name),
+		"UnprocessedIndex":      quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_unprocessed"),
+		"DeadLetterView":        quote(n.Table.Schema, n.DeadLetterView()),
+		"Publication":           quote(n.Publication),
+		"PublicationLiteral":    literal(n.Publication),
+		"SeqSequence":           quote(n.Table.Schema, n.Table.Name+"_seq_seq"),
+		"SeqSequenceLiteral":    literal(quote(n.Table.Schema, n.Table.Name+"_seq_seq")),
+		"PendingIndex":          quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_pending_aggregate"),
+		"PendingIndexQualified": quote(n.Table.Schema, "idx_"+strings.TrimSuffix(n.Table.Name, "_events")+"_pending_aggregate"),
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -132,6 +133,11 @@ func defaults() kong.Vars {
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
 		"max_outage":          shortDuration(doctor.DefaultMaxOutage),
+		"poll_batch":          strconv.Itoa(poll.DefaultBatch),
+		"poll_interval":       shortDuration(poll.DefaultInterval),
+		"poll_max_attempts":   strconv.Itoa(poll.DefaultMaxAttempts),
+		"poll_backoff":        shortDuration(poll.DefaultBackoff),
+		"poll_max_backoff":    shortDuration(poll.DefaultMaxBackoff),
 	}
 }
 

@@ -15,6 +15,7 @@ type migrateCmd struct {
 	pgFlags     `embed:""`
 	Table       string `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
 	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication to create for the table."`
+	Notify      bool   `name:"notify" help:"Also install the NOTIFY trigger that wakes a polling relay (run --source poll) as soon as rows are inserted."`
 	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password) and grant it what the relay needs."`
 }
 
@@ -40,6 +41,12 @@ func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	}
 	if len(applied) == 0 {
 		log.Info().Msg("database already up to date")
+	}
+	if c.Notify {
+		if err := migrations.InstallNotify(ctx, poolCfg.ConnConfig, names); err != nil {
+			return err
+		}
+		log.Info().Str("channel", names.NotifyChannel()).Msg("notify trigger installed")
 	}
 	if c.RelayRole != "" {
 		if err := replication.CheckName("role", c.RelayRole); err != nil {

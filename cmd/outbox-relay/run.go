@@ -23,6 +23,7 @@ type runCmd struct {
 	natsFlags  `embed:""`
 	nameFlags  `embed:""`
 	relayFlags `embed:""`
+	pollFlags  `embed:""`
 }
 
 // relayFlags tune the running relay.
@@ -95,7 +96,11 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.MaxProcs > 0 {
 		runtime.GOMAXPROCS(c.MaxProcs)
 	}
-	if err := serveRelay(ctx, cfg, c.natsFlags, c.MetricsAddr, log); err != nil {
+	serve := serveRelay
+	if c.Source == sourcePoll {
+		serve = c.pollFlags.serve
+	}
+	if err := serve(ctx, cfg, c.natsFlags, c.MetricsAddr, log); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info().Msg("stopped during start-up, as asked")
 			return nil
@@ -110,6 +115,17 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // runs the relay until ctx ends or a fatal error. The metrics server
 // outlives the relay's drain, so a scrape sees the final figures.
 func serveRelay(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr string, log zerolog.Logger) error {
+	return serve(ctx, nf, metricsAddr, log, func(deps relay.Deps) (runner, error) { return relay.New(cfg, deps) })
+}
+
+// runner is a relay serveRelay can run: the WAL relay or the polling one.
+type runner interface {
+	Run(ctx context.Context) error
+	Ready() error
+}
+
+// serve runs the relay build returns, with NATS and the metrics server.
+func serve(ctx context.Context, nf natsFlags, metricsAddr string, log zerolog.Logger, build func(relay.Deps) (runner, error)) error {
 	reg := prometheus.NewRegistry()
 	health := newHealth()
 	var srv *metricsServer
@@ -124,7 +140,7 @@ func serveRelay(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr
 		return err
 	}
 	defer nc.Close()
-	r, err := relay.New(cfg, relay.Deps{NATS: nc, Registry: reg, Log: log})
+	r, err := build(relay.Deps{NATS: nc, Registry: reg, Log: log})
 	if err != nil {
 		return err
 	}

@@ -108,3 +108,44 @@ func (b *bench) unprocessed(ctx context.Context, sc scenario) (int, error) {
 	}
 	return n, nil
 }
+
+// pollRelay runs outbox-relay --source poll on the same rows, all
+// unprocessed again, from its process start until every row is processed,
+// then checks the table against its stream.
+func (b *bench) pollRelay(ctx context.Context, sc scenario) (pollResult, error) {
+	if _, err := b.pool.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET processed_at = NULL, attempts = 0, retry_after = NULL`); err != nil {
+		return pollResult{}, err
+	}
+	n, err := b.unprocessed(ctx, sc)
+	if err != nil {
+		return pollResult{}, err
+	}
+	r := pollResult{mode: "outbox-relay --source poll (batches of 500, PubAcks pipelined)", events: n}
+	started := time.Now()
+	relay, err := startChild(b.cfg.Self, append(sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), "--source", "poll"), b.dir+"/relay-"+sc.name+"-poll.log")
+	if err != nil {
+		return r, err
+	}
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		left, err := b.unprocessed(ctx, sc)
+		if err == nil && left == 0 {
+			break
+		}
+		if err == nil && time.Now().After(deadline) {
+			err = fmt.Errorf("the polling relay left %d of %d rows unprocessed after 10 minutes", left, n)
+		}
+		if err != nil {
+			_ = relay.stop()
+			return r, err
+		}
+	}
+	r.took = time.Since(started)
+	if err := relay.stop(); err != nil {
+		return r, fmt.Errorf("polling relay exit: %w", err)
+	}
+	stream, err := b.js.Stream(ctx, sc.stream)
+	if err != nil {
+		return r, err
+	}
+	return r, b.check(ctx, sc, stream)
+}

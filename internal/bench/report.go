@@ -129,7 +129,7 @@ func (r *report) print(out io.Writer, checked, coldChecked int) {
 	}
 
 	if len(r.polls) > 0 {
-		fmt.Fprintln(out, "\nBaseline: the seed article's polling relay (SKIP LOCKED, batches of 100, one-second poll, one PubAck at a time)")
+		fmt.Fprintln(out, "\nPolling: the seed article's relay (SKIP LOCKED, batches of 100, one-second poll, one PubAck at a time), then outbox-relay --source poll")
 		fmt.Fprintln(w, "mode\tevents\tseconds\tevents/s\tthe relay is faster by\t")
 		relay := r.find("R1")
 		for _, p := range r.polls {

@@ -193,5 +193,10 @@ func (b *bench) baseline(ctx context.Context) error {
 		return err
 	}
 	b.report.polls = append(b.report.polls, r)
+	b.progress("R4: outbox-relay --source poll on the same rows")
+	if r, err = b.pollRelay(ctx, sc); err != nil {
+		return err
+	}
+	b.report.polls = append(b.report.polls, r)
 	return nil
 }

@@ -1,0 +1,269 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Poller is one polling relay process.
+type Poller struct {
+	cfg     Config
+	nc      *nats.Conn
+	reg     prometheus.Registerer
+	log     zerolog.Logger
+	poolCfg *pgxpool.Config
+	q       queries
+	cq      claimQueries
+	class   int32
+	metrics *metrics
+	// byteaPayload says the payload column is bytea (text output is hex).
+	byteaPayload bool
+	notReady     atomic.Pointer[error]
+}
+
+// New checks cfg and returns a Poller ready to Run. deps are the relay's:
+// the caller owns the NATS connection and closes it after Run.
+func New(cfg Config, deps relay.Deps) (*Poller, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.NATS == nil {
+		return nil, errors.New("poll: no NATS connection")
+	}
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
+	}
+	poolCfg, _, err := replication.ParseConnString(cfg.Relay.PGURL)
+	if err != nil {
+		return nil, err
+	}
+	p := &Poller{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg,
+		q: newQueries(cfg.Relay.Table), cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
+	starting := errors.New("starting")
+	p.notReady.Store(&starting)
+	return p, nil
+}
+
+// Ready returns nil while the last poll succeeded and NATS is connected,
+// or why not: what /readyz answers.
+func (p *Poller) Ready() error {
+	if err := *p.notReady.Load(); err != nil {
+		return err
+	}
+	if !p.nc.IsConnected() {
+		return errors.New("not connected to NATS")
+	}
+	return nil
+}
+
+func (p *Poller) setReady(err error) { p.notReady.Store(&err) }
+
+// drainTimeout is how long stopping waits for the last batch's PubAcks.
+func (p *Poller) drainTimeout() time.Duration {
+	if d := p.cfg.Relay.DrainTimeout; d > 0 {
+		return d
+	}
+	return 10 * time.Second
+}
+
+// Run polls until ctx ends or a fatal error:
+//
+//	outbox table ─batch: lock aggregates, read rows FOR UPDATE─▶ sink.Publisher ─PubAcks─▶ processed_at, COMMIT
+//	     ▲ NOTIFY (migrate --notify) or every Interval
+//
+// Cancelling ctx stops taking rows, waits up to the drain timeout for the
+// current batch's PubAcks, commits what was acknowledged and returns nil.
+func (p *Poller) Run(ctx context.Context) error {
+	cfg, log := p.cfg.Relay, p.log
+	log.Info().Str("table", cfg.Table.String()).Str("stream", cfg.Stream).Str("subject", cfg.Subject.String()).
+		Int("batch", p.cfg.Batch).Dur("interval", p.cfg.Interval).Msg("starting outbox relay, polling the table")
+	pool, err := relay.OpenPool(ctx, p.poolCfg, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := p.check(ctx, pool); err != nil {
+		return err
+	}
+	stream, err := relay.EnsureStream(ctx, p.nc, sink.StreamSpec{Name: cfg.Stream, Template: cfg.Subject,
+		DeadLetterSubject: cfg.DeadLetterSubject, DuplicateWindow: cfg.DuplicateWindow}, log)
+	if err != nil {
+		return err
+	}
+	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
+	info := stream.CachedInfo()
+	pub, err := sink.NewPublisher(p.nc, sink.Config{
+		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
+		Window: cfg.Window, WindowBytes: cfg.WindowBytes, AckTimeout: cfg.AckTimeout,
+		MaxMessageSize: int(info.Config.MaxMsgSize), Stream: stream, StartSeq: info.State.LastSeq,
+		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
+			return store.RecordDeadLetter(ctx, ev.ID, reason, 0)
+		},
+		Source: p.source(ctx, pool),
+	}, log.With().Str("component", "sink").Logger(), sink.NewMetrics(p.reg))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	if p.metrics, err = newMetrics(p.reg); err != nil {
+		return err
+	}
+
+	// The publisher's recovery loop and the listener run beside the polling
+	// loop and stop after it: the last batch may still need recovery.
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	defer func() {
+		stopBG()
+		bg.Wait()
+	}()
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		_ = pub.Run(bgCtx)
+	}()
+	wake := make(chan struct{}, 1)
+	go func() {
+		defer bg.Done()
+		listen(bgCtx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
+	}()
+	return p.loop(ctx, &batcher{p: p, pool: pool, pub: pub, stream: stream}, wake)
+}
+
+// loop runs batches: at once after a full one, else on a notification or
+// after Interval.
+func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) error {
+	bo := retry.NewBackoff(200*time.Millisecond, p.cfg.Interval+5*time.Second)
+	logs := retry.NewLogLimiter()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	failing := false
+	for {
+		start := time.Now()
+		n, full, err := b.run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := p.cfg.Interval
+		switch {
+		case err != nil:
+			p.setReady(err)
+			p.metrics.errors.Inc()
+			if logs.Allow() {
+				p.log.Error().Err(err).Msg("poll failed; retrying")
+			}
+			wait = bo.Next()
+			failing = true
+		case full:
+			wait = 0
+			fallthrough
+		default:
+			if failing {
+				p.log.Info().Msg("polling works again")
+				failing, logs = false, retry.NewLogLimiter()
+			}
+			p.setReady(nil)
+			bo.Reset()
+			if n > 0 {
+				p.metrics.batch.Observe(time.Since(start).Seconds())
+			}
+		}
+		if wait == 0 {
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+			p.metrics.wakeups.WithLabelValues("notify").Inc()
+		case <-timer.C:
+			p.metrics.wakeups.WithLabelValues("interval").Inc()
+		}
+		timer.Stop() // since Go 1.23 a stopped timer delivers no stale tick
+	}
+}
+
+// check refuses a table without the polling columns, and one a WAL relay
+// reads: it never sets processed_at, so polling would publish everything
+// it published again.
+func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
+	cfg := p.cfg.Relay
+	cols, err := replication.Columns(ctx, pool, cfg.Table)
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("table %s does not exist: run `outbox-relay migrate`", cfg.Table)
+	}
+	p.byteaPayload = cols["payload"] == "bytea"
+	var claims bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{cfg.Table.Schema, ClaimsTable}.Sanitize()).Scan(&claims); err != nil {
+		return fmt.Errorf("look for %s: %w", ClaimsTable, err)
+	}
+	if !claims {
+		return fmt.Errorf("table %s.%s is missing, which polling needs: run `outbox-relay migrate`", cfg.Table.Schema, ClaimsTable)
+	}
+	for _, c := range append([]string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at"}, bookkeeping...) {
+		if _, ok := cols[c]; !ok {
+			return fmt.Errorf("table %s has no column %s, which polling needs: run `outbox-relay migrate`", cfg.Table, c)
+		}
+	}
+	var nullable []string
+	rows, err := pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass
+		AND attname IN ('aggregate_type', 'aggregate_id') AND NOT attnotnull`, cfg.Table.Quoted())
+	if err == nil {
+		nullable, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return fmt.Errorf("read the columns of %s: %w", cfg.Table, err)
+	}
+	if len(nullable) > 0 {
+		return fmt.Errorf("%s allows NULL in %v, and the polling relay orders rows by aggregate: run ALTER TABLE %s ALTER COLUMN ... SET NOT NULL (the seed's schema has NOT NULL)",
+			cfg.Table, nullable, cfg.Table.Quoted())
+	}
+	var slot bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, cfg.Slot).Scan(&slot); err != nil {
+		return fmt.Errorf("look for the WAL relay's slot %q: %w", cfg.Slot, err)
+	}
+	if slot {
+		return fmt.Errorf("replication slot %q exists: a WAL relay reads %s and never sets processed_at, so polling would publish again every row it published; "+
+			"stop the WAL relay and switch as docs/polling.md says (mark the rows the stream holds processed, drop the slot), or keep --source wal", cfg.Slot, cfg.Table)
+	}
+	return nil
+}
+
+// source is what the messages say they come from: the Postgres system and
+// timeline, and "poll:<table>" where the WAL relay puts its slot (never a
+// slot name, so a WAL relay never takes these messages for its own). A
+// role that may not read pg_control_* publishes without source headers.
+func (p *Poller) source(ctx context.Context, pool *pgxpool.Pool) *sink.Stamp {
+	var system string
+	var timeline int64
+	err := pool.QueryRow(ctx, `SELECT s.system_identifier::text, c.timeline_id FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&system, &timeline)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("cannot read the Postgres system identifier: messages go out without the Outbox-Source-* headers")
+		return nil
+	}
+	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Relay.Table.String()})
+}
