@@ -30,6 +30,8 @@ type cli struct {
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
+
+	Healthcheck healthcheckCmd `cmd:"" help:"Ask a running relay's /readyz (or /healthz with --live) and exit 0 when it answers 200: a container healthcheck."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS
