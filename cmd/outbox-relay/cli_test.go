@@ -139,9 +139,13 @@ func requirePassword(t *testing.T, env *relaytest.Env, role, wrongURL string) {
 
 // TestDevCommand runs the README's first command end to end: a throwaway
 // Postgres, an embedded NATS, the relay and demo orders, then a clean exit
-// that removes the temporary data.
+// that removes the temporary data. OUTBOX_PG_URL and OUTBOX_NATS_URL point
+// at real servers meanwhile, as a relay's environment would: dev must not
+// write there.
 func TestDevCommand(t *testing.T) {
-	out, err := runCLI(t, "dev", "--count", "5", "--rate", "20", "--metrics-addr", "", "--log-format", "json")
+	b := newBystander(t)
+	out, err := runCLIEnv(t, b.vars, "dev", "--count", "5", "--rate", "20", "--metrics-addr", "", "--log-format", "json")
+	b.requireUntouched(t, "dev")
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
@@ -163,8 +167,10 @@ func TestDevCommand(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	samples := filepath.Join(t.TempDir(), "latency.csv")
-	out, err := runCLI(t, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
+	b := newBystander(t) // in the environment only: bench must not touch it
+	out, err := runCLIEnv(t, b.vars, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
 		"--baseline", "300", "--latency-file", samples)
+	b.requireUntouched(t, "bench")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}

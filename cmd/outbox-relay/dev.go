@@ -23,8 +23,11 @@ import (
 )
 
 type devCmd struct {
-	PGURL       string  `name:"pg-url" env:"OUTBOX_PG_URL" help:"Use this Postgres (wal_level=logical) instead of a throwaway cluster."`
-	NATSURL     string  `name:"nats-url" env:"OUTBOX_NATS_URL" help:"Use this NATS (JetStream enabled) instead of an embedded server."`
+	// No environment variables for the servers: dev writes demo orders
+	// and events, and an OUTBOX_PG_URL exported for the relay must never
+	// send them into a real database. Only the flags point dev elsewhere.
+	PGURL       string  `name:"pg-url" help:"Use this Postgres (wal_level=logical) instead of a throwaway cluster: dev creates the example's tables there and writes demo orders and events. Never read from OUTBOX_PG_URL."`
+	NATSURL     string  `name:"nats-url" help:"Use this NATS (JetStream enabled) instead of an embedded server: dev publishes demo events there. Never read from OUTBOX_NATS_URL."`
 	Rate        float64 `name:"rate" default:"2" help:"Demo orders per second."`
 	Count       int     `name:"count" default:"0" help:"Stop after this many orders arrived (0 runs until Ctrl-C)."`
 	MetricsAddr string  `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
