@@ -149,8 +149,26 @@ func TestDevCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "5 orders written, 5 events received") || strings.Count(out, "event order.created") != 5 {
+	if !strings.Contains(out, "5 orders written, 5 events relayed, 5 consumed once") {
 		t.Errorf("dev output:\n%s", out)
+	}
+	// Each written event is relayed once and consumed once, in that order.
+	var written []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "written" && f[1] == "event" {
+			written = append(written, f[2])
+		}
+	}
+	if len(written) != 5 {
+		t.Errorf("dev wrote %d orders, want 5:\n%s", len(written), out)
+	}
+	for _, id := range written {
+		w := strings.Index(out, "written   event "+id)
+		r := strings.Index(out, "relayed   event "+id)
+		c := strings.Index(out, "consumed  event "+id+"  once")
+		if strings.Count(out, "relayed   event "+id) != 1 || strings.Count(out, "consumed  event "+id) != 1 || !(w < r && r < c) {
+			t.Errorf("event %s: not written, relayed and consumed once in order:\n%s", id, out)
+		}
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "postgres  throwaway cluster") {
