@@ -63,17 +63,21 @@ func New(cfg Config, deps Deps) (*Relay, error) {
 	return r, nil
 }
 
-// Ready returns nil while the relay streams from its slot and is connected
-// to NATS, or why not: what /readyz answers.
+// Ready returns nil while the relay is connected to NATS and either streams
+// from its slot or waits as a healthy standby (Postgres answered within
+// seconds that another instance holds the slot), or why not: what /readyz
+// answers. A standby counts as ready so that an active/standby pair can
+// be rolled: the new instance becomes ready as the standby, the old one
+// stops, and the standby takes over.
 func (r *Relay) Ready() error {
 	wal := r.wal.Load()
 	switch {
 	case wal == nil:
 		return *r.notReady.Load()
-	case !wal.Streaming():
-		return errors.New("not streaming from the replication slot")
 	case !r.nc.IsConnected():
 		return errors.New("not connected to NATS")
+	case !wal.Streaming() && !wal.Standby():
+		return errors.New("neither streaming from the replication slot nor waiting for it as a standby (is Postgres reachable?)")
 	}
 	return nil
 }

@@ -93,6 +93,9 @@ type Stream struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	streaming atomic.Bool
+	// busyAt is when the latest session found the slot held by another
+	// process (Unix nanoseconds); 0 when it ended otherwise.
+	busyAt atomic.Int64
 }
 
 // NewStream returns a Stream. pool is a regular connection pool to the same
@@ -111,6 +114,29 @@ func NewStream(cfg Config, pool *pgxpool.Pool, log zerolog.Logger, metrics *Metr
 // Streaming reports whether a replication session is streaming now.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
 
+// standbyFresh is how recent the latest "slot busy" answer must be for
+// Standby: sessions are retried at most 2 s apart while the slot is busy,
+// so an older answer means the retry itself is stuck (Postgres
+// unreachable).
+const standbyFresh = 10 * time.Second
+
+// Standby reports whether this stream waits as a healthy standby: the
+// latest session found the slot held by another process, and Postgres
+// said so within the last few seconds.
+func (s *Stream) Standby() bool {
+	at := s.busyAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < standbyFresh
+}
+
+// noteSession records how a session ended, for Standby.
+func (s *Stream) noteSession(err error) {
+	if errors.Is(err, errSlotBusy) {
+		s.busyAt.Store(time.Now().UnixNano())
+	} else {
+		s.busyAt.Store(0)
+	}
+}
+
 // Run streams until ctx ends or a FatalError occurs. Transient failures
 // (a lost connection, a restarting server, the slot busy with another
 // relay) are retried with capped exponential backoff. When ctx ends, Run
@@ -122,6 +148,7 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 		started := time.Now()
 		err := s.classify(s.session(ctx, h))
 		s.streaming.Store(false)
+		s.noteSession(err)
 		s.metrics.Connected.Set(0)
 		if ctx.Err() != nil {
 			return nil

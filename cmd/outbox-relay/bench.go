@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"time"
 
@@ -9,15 +10,19 @@ import (
 )
 
 type benchCmd struct {
-	PGURL    string        `name:"pg-url" env:"OUTBOX_PG_URL" help:"Postgres to measure (wal_level=logical; the role creates tables, publications and slots named bench_*). Default: a throwaway cluster."`
-	NATSURL  string        `name:"nats-url" env:"OUTBOX_NATS_URL" help:"NATS to measure (JetStream enabled). Default: a nats-server in a process of its own."`
-	Events   int           `name:"events" default:"200000" help:"Backlog size of the drain runs (R1) and of the limits (L1, L2)."`
-	Big      int           `name:"big" default:"1000000" help:"Size of the resource runs (R3): a backlog and one transaction of this many events; 0 skips them."`
-	Cold     int           `name:"cold" default:"50000" help:"Backlog size of the cold-start drains (C1), at most --events: one-row and ten-row transactions of ~250-byte payloads and one-row transactions of ~4 KiB, and a tenth as many of ~64 KiB, each drained by a fresh relay process timed from its start, beside pg_recvlogical; 0 skips them."`
-	Rates    string        `name:"rates" default:"1000,2500,5000" help:"Insert rates (events/s) of the latency runs (R2)."`
-	Duration time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
-	Baseline int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
-	Window   int           `name:"window" default:"${window}" help:"The relay's --window."`
+	// No environment variables for the servers: bench loads them hard and
+	// creates tables, slots and streams; it touches a server it did not
+	// start only when told so on its command line, twice.
+	PGURL           string        `name:"pg-url" help:"Postgres to measure (wal_level=logical; the role creates tables, publications and slots named bench_* and writes millions of rows), with --allow-existing-db. Default: a throwaway cluster. Never read from OUTBOX_PG_URL."`
+	AllowExistingDB bool          `name:"allow-existing-db" help:"Confirm that --pg-url may be loaded and written to: bench_* tables, publications and slots are created and dropped there."`
+	NATSURL         string        `name:"nats-url" help:"NATS to measure (JetStream enabled; streams named BENCH_* are created and deleted). Default: a nats-server in a process of its own. Never read from OUTBOX_NATS_URL."`
+	Events          int           `name:"events" default:"200000" help:"Backlog size of the drain runs (R1) and of the limits (L1, L2)."`
+	Big             int           `name:"big" default:"1000000" help:"Size of the resource runs (R3): a backlog and one transaction of this many events; 0 skips them."`
+	Cold            int           `name:"cold" default:"50000" help:"Backlog size of the cold-start drains (C1), at most --events: one-row and ten-row transactions of ~250-byte payloads and one-row transactions of ~4 KiB, and a tenth as many of ~64 KiB, each drained by a fresh relay process timed from its start, beside pg_recvlogical; 0 skips them."`
+	Rates           string        `name:"rates" default:"1000,2500,5000" help:"Insert rates (events/s) of the latency runs (R2)."`
+	Duration        time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
+	Baseline        int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
+	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
 	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as an HTML page to this file."`
@@ -26,6 +31,9 @@ type benchCmd struct {
 // Run runs the benchmark; the relays it measures (and its nats-server) are
 // this program, started again.
 func (c *benchCmd) Run(ctx context.Context) error {
+	if c.PGURL != "" && !c.AllowExistingDB {
+		return errors.New("--pg-url points bench at a database it did not create, where it writes millions of rows and creates bench_* tables, publications and slots: add --allow-existing-db if that is what you want, or leave --pg-url out for a throwaway cluster")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err

@@ -139,14 +139,36 @@ func requirePassword(t *testing.T, env *relaytest.Env, role, wrongURL string) {
 
 // TestDevCommand runs the README's first command end to end: a throwaway
 // Postgres, an embedded NATS, the relay and demo orders, then a clean exit
-// that removes the temporary data.
+// that removes the temporary data. OUTBOX_PG_URL and OUTBOX_NATS_URL point
+// at real servers meanwhile, as a relay's environment would: dev must not
+// write there.
 func TestDevCommand(t *testing.T) {
-	out, err := runCLI(t, "dev", "--count", "5", "--rate", "20", "--metrics-addr", "", "--log-format", "json")
+	b := newBystander(t)
+	out, err := runCLIEnv(t, b.vars, "dev", "--count", "5", "--rate", "20", "--metrics-addr", "", "--log-format", "json")
+	b.requireUntouched(t, "dev")
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "5 orders written, 5 events received") || strings.Count(out, "event order.created") != 5 {
+	if !strings.Contains(out, "5 orders written, 5 events relayed, 5 consumed once") {
 		t.Errorf("dev output:\n%s", out)
+	}
+	// Each written event is relayed once and consumed once, in that order.
+	var written []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "written" && f[1] == "event" {
+			written = append(written, f[2])
+		}
+	}
+	if len(written) != 5 {
+		t.Errorf("dev wrote %d orders, want 5:\n%s", len(written), out)
+	}
+	for _, id := range written {
+		w := strings.Index(out, "written   event "+id)
+		r := strings.Index(out, "relayed   event "+id)
+		c := strings.Index(out, "consumed  event "+id+"  once")
+		if strings.Count(out, "relayed   event "+id) != 1 || strings.Count(out, "consumed  event "+id) != 1 || !(w < r && r < c) {
+			t.Errorf("event %s: not written, relayed and consumed once in order:\n%s", id, out)
+		}
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "postgres  throwaway cluster") {
@@ -164,8 +186,10 @@ func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	samples := filepath.Join(t.TempDir(), "latency.csv")
 	charts := filepath.Join(t.TempDir(), "report.html")
-	out, err := runCLI(t, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
+	b := newBystander(t) // in the environment only: bench must not touch it
+	out, err := runCLIEnv(t, b.vars, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
 		"--baseline", "300", "--latency-file", samples, "--report", charts)
+	b.requireUntouched(t, "bench")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}

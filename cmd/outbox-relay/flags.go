@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -45,7 +46,28 @@ func (f logFlags) logger() zerolog.Logger {
 }
 
 type pgFlags struct {
-	PGURL string `name:"pg-url" env:"OUTBOX_PG_URL" help:"Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
+	PGURL     string `name:"pg-url" env:"OUTBOX_PG_URL" help:"Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
+	PGURLFile string `name:"pg-url-file" env:"OUTBOX_PG_URL_FILE" help:"File holding the Postgres connection string (a mounted secret), instead of --pg-url."`
+}
+
+// AfterApply reads --pg-url-file (kong calls it once flags are parsed), so
+// that a password can come from a mounted secret rather than the
+// environment.
+func (f *pgFlags) AfterApply() error {
+	if f.PGURLFile == "" {
+		return nil
+	}
+	if f.PGURL != "" {
+		return errors.New("--pg-url (OUTBOX_PG_URL) and --pg-url-file (OUTBOX_PG_URL_FILE) are both set: keep one")
+	}
+	b, err := os.ReadFile(f.PGURLFile)
+	if err != nil {
+		return fmt.Errorf("--pg-url-file: %w", err)
+	}
+	if f.PGURL = strings.TrimSpace(string(b)); f.PGURL == "" {
+		return fmt.Errorf("--pg-url-file %s is empty: it should hold the connection string", f.PGURLFile)
+	}
+	return nil
 }
 
 type natsFlags struct {

@@ -30,6 +30,8 @@ type cli struct {
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
 	Doctor  doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay; prints each problem with its fix, exits 1 on any error."`
+
+	Healthcheck healthcheckCmd `cmd:"" help:"Ask a running relay's /readyz (or /healthz with --live) and exit 0 when it answers 200: a container healthcheck."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS

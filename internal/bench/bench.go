@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -218,6 +219,10 @@ func (b *bench) setup(ctx context.Context) (func(), error) {
 		return cleanup, err
 	}
 	closers = append(closers, b.pool.Close)
+	if b.cfg.PGURL != "" {
+		// A slot left behind would keep the server's WAL forever.
+		closers = append(closers, func() { b.dropSlots(context.WithoutCancel(ctx)) })
+	}
 	if b.nc, err = nats.Connect(b.natsURL); err != nil {
 		return cleanup, err
 	}
@@ -260,4 +265,27 @@ func (b *bench) progress(format string, args ...any) {
 
 func writeProgress(w io.Writer, format string, args ...any) {
 	fmt.Fprintf(w, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// dropSlots drops the slots the runs' relays left in a database the
+// benchmark did not create (those named bench_*, of this database).
+func (b *bench) dropSlots(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := b.pool.Query(ctx, `SELECT slot_name FROM pg_replication_slots
+		WHERE database = current_database() AND slot_name LIKE 'bench\_%' AND NOT active`)
+	if err != nil {
+		b.progress("could not list the benchmark's slots to drop them: %v", err)
+		return
+	}
+	slots, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.progress("could not list the benchmark's slots to drop them: %v", err)
+		return
+	}
+	for _, slot := range slots {
+		if err := replication.DropSlot(ctx, b.pool, slot); err != nil {
+			b.progress("%v: drop it by hand, it keeps WAL", err)
+		}
+	}
 }

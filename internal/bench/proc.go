@@ -69,6 +69,7 @@ type child struct {
 
 func startChild(name string, args []string, logFile string) (*child, error) {
 	cmd := exec.Command(name, args...)
+	cmd.Env = withoutRelayEnv(os.Environ())
 	out, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
@@ -166,4 +167,19 @@ func watchWalsender(ctx context.Context, pool *pgxpool.Pool, slot string) func()
 		<-done
 		return cpu, seen
 	}
+}
+
+// withoutRelayEnv drops the relay's OUTBOX_* variables: the children are
+// configured by their flags alone, so a variable exported for a real relay
+// (OUTBOX_SLOT, OUTBOX_PG_URL_FILE, ...) cannot redirect or break them.
+// OUTBOX_RELAY_TEST_MAIN stays: it is how a test binary standing in for
+// the program (Options.Self) knows to run main.
+func withoutRelayEnv(env []string) []string {
+	kept := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "OUTBOX_RELAY_TEST_MAIN=") {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
 }
