@@ -13,8 +13,24 @@ import (
 // (such as traceparent): a JSON object of header names to string values.
 const ColumnHeaders = "headers"
 
-// MaxHeaders is the most headers one event may carry.
-const MaxHeaders = 32
+// Bounds of an event's own headers: together with the relay's headers
+// they stay far below JetStream's 64 KiB header limit, also when every
+// byte is percent-encoded, so that the event, or at worst its dead letter,
+// can always be stored.
+const (
+	MaxHeaders     = 32       // headers per event
+	MaxHeaderValue = 4 << 10  // bytes per value
+	MaxHeaderBytes = 12 << 10 // bytes of all names and values of an event
+)
+
+// HeadersColumnTypes are the types of a headers column the relay reads:
+// json and jsonb (type OIDs 114 and 3802). A column named headers of
+// another type is someone else's and is left alone.
+var HeadersColumnTypes = map[string]uint32{"json": 114, "jsonb": 3802}
+
+// reservedHeaderNames are names nats.go itself interprets on a message
+// (a status message's code and description).
+var reservedHeaderNames = []string{"status", "description"}
 
 // maxHeaderName is the longest header name accepted.
 const maxHeaderName = 128
@@ -47,6 +63,7 @@ func ParseHeaders(text []byte) ([]Header, error) {
 	}
 	var hs []Header
 	seen := map[string]bool{}
+	total := 0
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -61,13 +78,19 @@ func ParseHeaders(text []byte) ([]Header, error) {
 		if err := CheckHeaderName(name); err != nil {
 			return nil, err
 		}
-		if key := strings.ToLower(name); seen[key] {
+		key := strings.ToLower(name)
+		if seen[key] {
 			return nil, fmt.Errorf("header %q appears twice", name)
-		} else {
-			seen[key] = true
 		}
+		seen[key] = true
 		if len(hs) == MaxHeaders {
 			return nil, fmt.Errorf("more than %d headers", MaxHeaders)
+		}
+		if len(value) > MaxHeaderValue {
+			return nil, fmt.Errorf("header %q: the value is %d bytes, over the %d allowed", name, len(value), MaxHeaderValue)
+		}
+		if total += len(name) + len(value); total > MaxHeaderBytes {
+			return nil, fmt.Errorf("headers of over %d bytes", MaxHeaderBytes)
 		}
 		hs = append(hs, Header{Name: name, Value: value})
 	}
@@ -82,8 +105,9 @@ func ParseHeaders(text []byte) ([]Header, error) {
 
 // CheckHeaderName says why name cannot be the name of an event's own
 // header: a header name is 1 to 128 characters of an HTTP token
-// (letters, digits and !#$%&'*+-.^_`|~), and the Nats- and Outbox-
-// prefixes belong to NATS and to the relay.
+// (letters, digits and !#$%&'*+-.^_`|~); the Nats- and Outbox- prefixes
+// belong to NATS and to the relay, Status and Description to NATS
+// clients.
 func CheckHeaderName(name string) error {
 	if name == "" || len(name) > maxHeaderName {
 		return fmt.Errorf("header name %q: want 1 to %d characters", name, maxHeaderName)
@@ -94,6 +118,11 @@ func CheckHeaderName(name string) error {
 		}
 	}
 	lower := strings.ToLower(name)
+	for _, r := range reservedHeaderNames {
+		if lower == r {
+			return fmt.Errorf("header name %q is reserved: NATS clients read it as a status message's", name)
+		}
+	}
 	for _, p := range reservedHeaderPrefixes {
 		if strings.HasPrefix(lower, p) {
 			return fmt.Errorf("header name %q: names starting with %q are reserved for NATS and the relay", name, name[:len(p)])

@@ -40,6 +40,10 @@ func TestParseHeaders(t *testing.T) {
 		{in: `{"a": "1", "A": "2"}`, problem: "appears twice"},
 		{in: many, problem: "more than 32 headers"},
 		{in: `{"a": "1"} {}`, problem: "text after the object"},
+		{in: `{"Status": "404"}`, problem: "reserved"},
+		{in: `{"description": "x"}`, problem: "reserved"},
+		{in: `{"big": "` + strings.Repeat("v", MaxHeaderValue+1) + `"}`, problem: "over the 4096 allowed"},
+		{in: `{"a": "` + strings.Repeat("v", 4000) + `", "b": "` + strings.Repeat("v", 4000) + `", "c": "` + strings.Repeat("v", 4000) + `", "d": "` + strings.Repeat("v", 1000) + `"}`, problem: "headers of over"},
 		{in: `{"a": "1"`, problem: "not JSON"},
 		{in: ``, problem: "not JSON"},
 	}
@@ -92,4 +96,22 @@ func FuzzParseHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeHeadersColumn: a json or jsonb headers column is read; a column
+// named headers of another type is someone else's and never read.
+func TestDecodeHeadersColumn(t *testing.T) {
+	for _, c := range []struct {
+		typ  uint32
+		want int
+	}{{3802, 1}, {114, 1}, {25, 0}, {1009, 0}} {
+		cols := append(append([]col{}, seedColumns...), col{"headers", c.typ})
+		values := append(seedRow("id-1", "order", "1", "created", `{}`), str(`{"traceparent": "00-ab-01"}`))
+		d := NewDecoder(outbox)
+		msgs := decodeAll(t, d, msgBegin(0x20, 1), msgRelation(5, "public", "outbox_events", cols), msgInsert(5, values...), msgCommit(0x20, 0x40))
+		ev := msgs[2].Event
+		if len(ev.Headers) != c.want || ev.Problem != "" {
+			t.Errorf("headers column of type %d: event %+v", c.typ, ev)
+		}
+	}
 }

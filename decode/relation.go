@@ -54,6 +54,9 @@ func (d *Decoder) relation(r *reader) error {
 		if col == ColumnPayload {
 			rel.payloadIsBytea = typ == oidBytea
 		}
+		if col == ColumnHeaders && !isHeadersType(typ) {
+			delete(found, col) // someone else's column: never read
+		}
 	}
 	if err := r.done(); err != nil {
 		return err
@@ -148,4 +151,13 @@ func (rel *relation) fields(values [][]byte) Fields {
 		f.CreatedAt = values[rel.createdAt]
 	}
 	return f
+}
+
+func isHeadersType(oid uint32) bool {
+	for _, t := range HeadersColumnTypes {
+		if oid == t {
+			return true
+		}
+	}
+	return false
 }

@@ -122,15 +122,28 @@ func headersText(hs map[string]string) (string, int, error) {
 	if len(hs) > decode.MaxHeaders {
 		return "", 0, fmt.Errorf("%d headers, over the %d allowed", len(hs), decode.MaxHeaders)
 	}
-	size := 0
+	size, total := 0, 0
+	seen := make(map[string]string, len(hs))
 	for name, value := range hs {
 		if err := decode.CheckHeaderName(name); err != nil {
 			return "", 0, err
 		}
+		if other, dup := seen[strings.ToLower(name)]; dup {
+			return "", 0, fmt.Errorf("headers %q and %q differ only in case", other, name)
+		}
+		seen[strings.ToLower(name)] = name
 		if !utf8.ValidString(value) || strings.IndexByte(value, 0) >= 0 {
 			return "", 0, fmt.Errorf("header %q: the value must be valid UTF-8 without NUL bytes", name)
 		}
-		size += len(name) + len(": \r\n") + 3*len(value) // a value percent-encoded at worst
+		if len(value) > decode.MaxHeaderValue {
+			return "", 0, fmt.Errorf("header %q: the value is %d bytes, over the %d allowed", name, len(value), decode.MaxHeaderValue)
+		}
+		if total += len(name) + len(value); total > decode.MaxHeaderBytes {
+			return "", 0, fmt.Errorf("headers of over %d bytes", decode.MaxHeaderBytes)
+		}
+		// A value percent-encoded at worst, and its name in the list of
+		// encoded headers.
+		size += len(name) + len(": \r\n") + 3*len(value) + len(name) + 1
 	}
 	b, err := json.Marshal(hs)
 	if err != nil {

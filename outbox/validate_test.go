@@ -61,9 +61,12 @@ func TestRefusedBeforeInsert(t *testing.T) {
 		{"header name with a space", with(func(e *outbox.Event) { e.Headers = map[string]string{"trace parent": "x"} }), outbox.ErrInvalidEvent, "not allowed"},
 		{"header value with NUL", with(func(e *outbox.Event) { e.Headers = map[string]string{"traceparent": "a\x00"} }), outbox.ErrInvalidEvent, "NUL"},
 		{"too many headers", with(func(e *outbox.Event) { e.Headers = manyHeaders(33) }), outbox.ErrInvalidEvent, "33 headers"},
+		{"headers differing in case", with(func(e *outbox.Event) { e.Headers = map[string]string{"traceparent": "a", "TraceParent": "b"} }), outbox.ErrInvalidEvent, "differ only in case"},
+		{"header value too long", with(func(e *outbox.Event) { e.Headers = map[string]string{"baggage": strings.Repeat("b", 5000)} }), outbox.ErrInvalidEvent, "over the 4096 allowed"},
+		{"status header", with(func(e *outbox.Event) { e.Headers = map[string]string{"Status": "404"} }), outbox.ErrInvalidEvent, "reserved"},
 		{"headers make it too large", with(func(e *outbox.Event) {
 			e.Payload = []byte(`{"data": "` + strings.Repeat("x", outbox.DefaultMaxPayload-3000) + `"}`)
-			e.Headers = map[string]string{"baggage": strings.Repeat("b", 1000)}
+			e.Headers = map[string]string{"baggage": strings.Repeat("b", 4000)}
 		}), outbox.ErrPayloadTooLarge, "as published"},
 	}
 	for _, c := range cases {

@@ -354,3 +354,34 @@ func TestWriteHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadersWithoutColumn: events with headers, written to a table that
+// has no headers column, fail with what to do; events without headers
+// are written there as before.
+func TestHeadersWithoutColumn(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	ctx := context.Background()
+	env.Exec(`CREATE TABLE plain_events (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type text NOT NULL,
+		aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	w, err := outbox.NewWriter(outbox.WithTable("plain_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(ev outbox.Event) error {
+		tx, err := env.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		_, err = w.Write(ctx, tx, ev)
+		return err
+	}
+	if err := write(valid()); err != nil {
+		t.Fatalf("an event without headers: %v", err)
+	}
+	ev := valid()
+	ev.Headers = map[string]string{"traceparent": "t"}
+	if err := write(ev); err == nil || !strings.Contains(err.Error(), "outbox-relay migrate") {
+		t.Fatalf("an event with headers into a table without the column: %v", err)
+	}
+}

@@ -3,10 +3,12 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 )
@@ -229,6 +231,10 @@ func (w *Writer) statement(cols *columnArrays) string {
 }
 
 func (w *Writer) insertErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" && strings.Contains(pgErr.Message, `"headers"`) {
+		return fmt.Errorf("insert outbox events into %s: the table has no headers column for the events' headers (run `outbox-relay migrate`, migration 00006, or write events without Headers): %w", w.table, err)
+	}
 	return fmt.Errorf("insert outbox events into %s: %w", w.table, err)
 }
 

@@ -181,6 +181,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 	if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
 		return up, err
 	}
+	warnForeignHeaders(ctx, pool, cfg.Table, log)
 	stream, err := EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
 	if err != nil {
 		return up, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -44,7 +45,7 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 	if r.Has(decode.ColumnCreatedAt) {
 		created, order = "created_at::text", "created_at, ctid"
 	}
-	if r.Has(decode.ColumnHeaders) {
+	if _, ok := decode.HeadersColumnTypes[r.cols[decode.ColumnHeaders]]; ok {
 		headers = "headers::text"
 	}
 	var commitTS string
@@ -84,4 +85,20 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 		return n, fmt.Errorf("read rows of %s: %w", r.table, err)
 	}
 	return n, nil
+}
+
+// warnForeignHeaders says so when the table has a headers column the relay
+// does not read (not json or jsonb): events then carry no headers of their
+// own, and outbox.Write cannot write any.
+func warnForeignHeaders(ctx context.Context, pool *pgxpool.Pool, table decode.Table, log zerolog.Logger) {
+	cols, err := replication.Columns(ctx, pool, table)
+	if err != nil {
+		return // Check read them a moment ago; nothing to add
+	}
+	if typ, ok := cols[decode.ColumnHeaders]; ok {
+		if _, ours := decode.HeadersColumnTypes[typ]; !ours {
+			log.Warn().Str("table", table.String()).Str("type", typ).
+				Msg("the table's headers column is not json or jsonb: the relay does not read it, and events carry no headers of their own")
+		}
+	}
 }

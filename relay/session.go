@@ -18,9 +18,10 @@ import (
 // which events of the coming replay the stream already holds (the events'
 // stream and the dead-letter subject's, only the messages of this relay's
 // slot, with their ids), so exactly those are skipped.
-func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SlotInfo) error {
+func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replication.SessionStart) error {
 	cfg := s.cfg
-	return func(ctx context.Context, info replication.SlotInfo) error {
+	return func(ctx context.Context, start replication.SessionStart) error {
+		info := start.Slot
 		if err := pipe.ledger.Refresh(ctx); err != nil {
 			return err
 		}
@@ -33,7 +34,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
-		if err := pipe.source.refresh(ctx); err != nil {
+		if err := pipe.source.refresh(start.System); err != nil {
 			return err
 		}
 		stored := &checkpoint.Stored{}

@@ -88,18 +88,15 @@ func (s *source) slotTakenUp(ctx context.Context, store *checkpoint.Store) error
 	return nil
 }
 
-// refresh identifies the system again before a replication session. A
-// new timeline (a promotion, a point-in-time recovery) is stamped from now
-// on. Another system identifier means another cluster answers at the
-// relay's address with a slot of the same name: its positions say nothing
-// about what this relay confirmed, so the relay stops.
-func (s *source) refresh(ctx context.Context) error {
+// refresh takes the system's identity as a replication session found it
+// (IDENTIFY_SYSTEM on its own connection). A new timeline (a promotion, a
+// point-in-time recovery) is stamped from now on. Another system
+// identifier means another cluster answers at the relay's address with a
+// slot of the same name: its positions say nothing about what this relay
+// confirmed, so the relay stops.
+func (s *source) refresh(id pglogrepl.IdentifySystemResult) error {
 	if s == nil {
 		return nil
-	}
-	id, err := identifySystem(ctx, s.repl)
-	if err != nil {
-		return err
 	}
 	src := s.stamp.Source()
 	if id.SystemID != src.System {
@@ -117,6 +114,15 @@ func (s *source) refresh(ctx context.Context) error {
 		s.stamp.Set(src)
 	}
 	return nil
+}
+
+// stampOrNil returns the stamp a publisher puts on its messages: none for a
+// nil source.
+func (s *source) stampOrNil() *sink.Stamp {
+	if s == nil {
+		return nil
+	}
+	return s.stamp
 }
 
 // Source returns the relay's source now (zero for a nil source).

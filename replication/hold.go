@@ -2,7 +2,9 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -23,13 +25,50 @@ func statusEvery(configured, senderTimeout time.Duration) time.Duration {
 	return configured
 }
 
-// heldSlot reads the slot once this connection holds it. From then on no
-// one else can confirm past its position or stream from it, so what the
-// relay learns next (what the stream holds beyond that position) cannot
-// go stale before the session starts. A standby that looked before it held
-// the slot would miss what the previous holder published in between, and
-// publish it again.
-func (s *Stream) heldSlot(ctx context.Context, conn *pgconn.PgConn) (SlotInfo, error) {
+// SessionStart is what a session knows once it holds the slot, before it
+// reads from it.
+type SessionStart struct {
+	// Slot is the slot as this session holds it: its confirmed position is
+	// where the server starts streaming.
+	Slot SlotInfo
+	// System is IDENTIFY_SYSTEM's answer on the session's own connection
+	// (no second replication connection, so no second WAL sender, is
+	// needed to learn the cluster and its timeline).
+	System pglogrepl.IdentifySystemResult
+}
+
+// identify returns, on the replication connection before it streams, the
+// process id of its walsender (pg_backend_pid(): the id in
+// pg_replication_slots.active_pid, also behind a pooler that reports its
+// own in the protocol's BackendKeyData) and the server's identity.
+func identify(ctx context.Context, conn *pgconn.PgConn) (int32, pglogrepl.IdentifySystemResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := conn.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()
+	if err != nil {
+		return 0, pglogrepl.IdentifySystemResult{}, fmt.Errorf("read the walsender's process id: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, pglogrepl.IdentifySystemResult{}, errors.New("read the walsender's process id: unexpected answer")
+	}
+	pid, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return 0, pglogrepl.IdentifySystemResult{}, fmt.Errorf("read the walsender's process id: %w", err)
+	}
+	system, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return 0, system, fmt.Errorf("identify the Postgres system (IDENTIFY_SYSTEM): %w", err)
+	}
+	return int32(pid), system, nil
+}
+
+// heldSlot reads the slot once this session's walsender holds it. From
+// then on no one else can confirm past its position or stream from it, so
+// what the relay learns next (what the stream holds beyond that position)
+// cannot go stale before the session starts. A standby that looked before
+// it held the slot would miss what the previous holder published in
+// between, and publish it again.
+func (s *Stream) heldSlot(ctx context.Context, walsender int32) (SlotInfo, error) {
 	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
 	if err != nil {
 		return SlotInfo{}, err
@@ -38,38 +77,58 @@ func (s *Stream) heldSlot(ctx context.Context, conn *pgconn.PgConn) (SlotInfo, e
 		return SlotInfo{}, gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
 			"it was dropped while the relay started streaming from it")
 	}
-	if info.ActivePID != int32(conn.PID()) {
-		return SlotInfo{}, fmt.Errorf("replication slot %q: started streaming, but the slot is held by process %d, not by this connection's %d",
-			s.cfg.Slot, info.ActivePID, conn.PID())
+	if info.ActivePID != walsender {
+		return SlotInfo{}, fmt.Errorf("replication slot %q: started streaming, but the slot is held by process %d, not by this session's walsender %d",
+			s.cfg.Slot, info.ActivePID, walsender)
 	}
 	return info, CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database)
 }
 
 // holdWhile runs fn while the session holds the slot without reading from
-// it: the walsender's output waits in the socket. Status updates at the
-// slot's own position (which confirm nothing new) go out every interval,
-// so that the walsender, which counts the time since it last heard from
-// the relay, does not end the connection however long fn takes.
-func holdWhile(ctx context.Context, conn *pgconn.PgConn, at pglogrepl.LSN, every time.Duration, fn func(context.Context) error) error {
+// it: the walsender's output waits in the socket. A status update at the
+// slot's own position (which confirms nothing new) goes out at once and
+// then every interval (at most every second), so that the walsender, which
+// counts the time since it last heard from the relay, does not end the
+// connection however long fn takes. A server shutting down waits for its
+// walsenders, which wait for the relay: once Postgres no longer answers a
+// regular connection, fn is cancelled and the connection released.
+func (s *Stream) holdWhile(ctx context.Context, conn *pgconn.PgConn, at pglogrepl.LSN, every time.Duration, fn func(context.Context) error) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- fn(fctx) }()
-	tick := time.NewTicker(every)
+	stop := func(err error) error {
+		cancel()
+		<-done
+		return err
+	}
+	if err := sendPosition(ctx, conn, at, time.Now()); err != nil {
+		return stop(err)
+	}
+	tick := time.NewTicker(min(every, probeEvery))
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
 			return err
 		case now := <-tick.C:
-			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-				WALWritePosition: at, WALFlushPosition: at, WALApplyPosition: at, ClientTime: now,
-			})
-			if err != nil {
-				cancel()
-				<-done
-				return fmt.Errorf("send standby status update while preparing the session: %w", err)
+			if err := sendPosition(ctx, conn, at, now); err != nil {
+				return stop(err)
+			}
+			if err := s.serverStopping(ctx); err != nil {
+				return stop(err)
 			}
 		}
 	}
+}
+
+// sendPosition sends a status update that confirms at.
+func sendPosition(ctx context.Context, conn *pgconn.PgConn, at pglogrepl.LSN, now time.Time) error {
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: at, WALFlushPosition: at, WALApplyPosition: at, ClientTime: now,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status update while preparing the session: %w", err)
+	}
+	return nil
 }

@@ -112,7 +112,11 @@ func testBeforeSessionHoldsTheSlot(t *testing.T, cluster relaytest.Server) {
 	var calls, whileOther atomic.Int32
 	var holderPID atomic.Int32
 	cfg := env.cfg
-	cfg.BeforeSession = func(ctx context.Context, info replication.SlotInfo) error {
+	cfg.BeforeSession = func(ctx context.Context, start replication.SessionStart) error {
+		info := start.Slot
+		if start.System.SystemID == "" {
+			return fmt.Errorf("BeforeSession without the system's identity: %+v", start.System)
+		}
 		calls.Add(1)
 		now, err := replication.LookupSlot(ctx, env.Pool, env.Slot)
 		if err != nil {
@@ -131,7 +135,8 @@ func testBeforeSessionHoldsTheSlot(t *testing.T, cluster relaytest.Server) {
 	waitFor(t, 30*time.Second, "second stream waiting as a standby", func() bool {
 		return strings.Contains(second.logs.String(), "waiting as a standby")
 	})
-	// The standby retries at most every 2 s: give it several rounds.
+	// A negative check: the standby retries at most every 2 s, so it has
+	// had several rounds in which to run BeforeSession too early.
 	time.Sleep(5 * time.Second)
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("BeforeSession ran %d times while another stream held the slot", n)
@@ -154,7 +159,7 @@ func testBeforeSessionHoldsTheSlot(t *testing.T, cluster relaytest.Server) {
 func testLongBeforeSession(t *testing.T, cluster relaytest.Server) {
 	env := newHoldEnv(t, cluster)
 	cfg := env.cfg
-	cfg.BeforeSession = func(ctx context.Context, _ replication.SlotInfo) error {
+	cfg.BeforeSession = func(ctx context.Context, _ replication.SessionStart) error {
 		select {
 		case <-time.After(3 * holdTestTimeout):
 			return nil

@@ -262,7 +262,7 @@ func (s *session) offer(ctx context.Context, ev *decode.Event) error {
 // waits for its walsenders, which wait for our confirmation. It returns
 // errRelease (with the cause) when the check fails for any reason but a
 // lack of server resources, which says nothing about a shutdown.
-func (s *session) serverStopping(ctx context.Context) error {
+func (s *Stream) serverStopping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err := s.pool.Ping(pctx)

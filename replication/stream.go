@@ -71,10 +71,12 @@ type Config struct {
 	DrainTimeout time.Duration
 	// BeforeSession, when set, runs at the start of each session, once the
 	// session holds the slot and before it reads from it, with the slot as
-	// it is then: the relay checks it is still its own (not dropped and
-	// recreated) and learns what of the replay the stream already holds.
-	// Postgres is kept informed meanwhile, however long it takes.
-	BeforeSession func(ctx context.Context, slot SlotInfo) error
+	// it is then and the server's identity: the relay checks the slot is
+	// still its own (not dropped and recreated, same cluster) and learns
+	// what of the replay the stream already holds. Postgres is kept
+	// informed meanwhile, however long it takes; a server shutting down
+	// cancels it.
+	BeforeSession func(ctx context.Context, start SessionStart) error
 }
 
 func (c *Config) setDefaults() {
@@ -220,15 +222,19 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		return err
 	}
 	every := statusEvery(s.cfg.StatusInterval, senderTimeout)
+	walsender, system, err := identify(ctx, conn)
+	if err != nil {
+		return err
+	}
 	if err := s.startReplication(ctx, conn); err != nil {
 		return err
 	}
-	if info, err = s.heldSlot(ctx, conn); err != nil {
+	if info, err = s.heldSlot(ctx, walsender); err != nil {
 		return err
 	}
 	if s.cfg.BeforeSession != nil {
-		err := holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
-			return s.cfg.BeforeSession(ctx, info)
+		err := s.holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
+			return s.cfg.BeforeSession(ctx, SessionStart{Slot: info, System: system})
 		})
 		if err != nil {
 			return err

@@ -126,7 +126,9 @@ func Run(ctx context.Context, opts Options) error {
 	steps := []func(context.Context) error{b.limitsAndDrains, b.coldStarts, b.latencies, b.resources, b.baseline}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
-			b.finish()
+			if ferr := b.finish(); ferr != nil {
+				b.progress("%v", ferr)
+			}
 			return err
 		}
 	}

@@ -3,7 +3,11 @@
 -- NULL for none. A nullable column without a default changes only the
 -- catalog (no table rewrite), under a brief ACCESS EXCLUSIVE lock. The
 -- relay reads it when the table has it, so a table kept without it works.
+-- The lock waits behind any long transaction on the table and would block
+-- every insert meanwhile: give up after a few seconds instead (run migrate
+-- again when the table is quieter).
 -- +goose Up
+SET LOCAL lock_timeout = '5s';
 ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS headers JSONB;
 
 -- +goose Down
