@@ -30,6 +30,7 @@ type cli struct {
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
+	Cleanup cleanupCmd `cmd:"" help:"Delete, in batches, rows older than --retention whose events the slot has confirmed; mark processed_at; drop old partitions."`
 }
 
 const description = `Publishes every committed insert of a Postgres outbox table to a NATS
