@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -24,6 +26,16 @@ type cleanupCmd struct {
 	MarkProcessed  bool          `name:"mark-processed" default:"true" negatable:"" help:"Set processed_at on the confirmed rows kept, so that processed_at IS NULL means not yet confirmed."`
 	DropPartitions bool          `name:"drop-partitions" help:"Drop partitions (RANGE on created_at) that end before the retention and whose rows are all confirmed."`
 	LockTimeout    time.Duration `name:"lock-timeout" default:"${cleanup_lock_timeout}" help:"How long dropping a partition may wait for the table's writers (and hold them)."`
+}
+
+// cleanupDefaults are the cleanup flags' defaults, from package retention.
+func cleanupDefaults() kong.Vars {
+	return kong.Vars{
+		"retention":            shortDuration(retention.DefaultRetention),
+		"cleanup_batch":        strconv.Itoa(retention.DefaultBatch),
+		"cleanup_wait":         shortDuration(retention.DefaultWait),
+		"cleanup_lock_timeout": shortDuration(retention.DefaultLockTimeout),
+	}
 }
 
 func (c *cleanupCmd) Run(ctx context.Context, log zerolog.Logger) error {

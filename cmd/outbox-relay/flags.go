@@ -15,7 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/retention"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -119,22 +118,18 @@ const defaultTable = "public.outbox_events"
 // that the CLI, dev and the libraries never disagree.
 func defaults() kong.Vars {
 	return kong.Vars{
-		"slot":                 replication.DefaultSlot,
-		"publication":          replication.DefaultPublication,
-		"table":                defaultTable,
-		"stream":               sink.DefaultStream,
-		"subject":              sink.DefaultSubject,
-		"dead_letter_subject":  sink.DefaultDeadLetterSubject,
-		"duplicate_window":     shortDuration(sink.DefaultDuplicateWindow),
-		"window":               strconv.Itoa(sink.DefaultWindow),
-		"window_bytes":         strconv.Itoa(sink.DefaultWindowBytes),
-		"ack_timeout":          shortDuration(sink.DefaultAckTimeout),
-		"status_interval":      shortDuration(replication.DefaultStatusInterval),
-		"drain_timeout":        shortDuration(replication.DefaultDrainTimeout),
-		"retention":            shortDuration(retention.DefaultRetention),
-		"cleanup_batch":        strconv.Itoa(retention.DefaultBatch),
-		"cleanup_wait":         shortDuration(retention.DefaultWait),
-		"cleanup_lock_timeout": shortDuration(retention.DefaultLockTimeout),
+		"slot":                replication.DefaultSlot,
+		"publication":         replication.DefaultPublication,
+		"table":               defaultTable,
+		"stream":              sink.DefaultStream,
+		"subject":             sink.DefaultSubject,
+		"dead_letter_subject": sink.DefaultDeadLetterSubject,
+		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
+		"window":              strconv.Itoa(sink.DefaultWindow),
+		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),
+		"ack_timeout":         shortDuration(sink.DefaultAckTimeout),
+		"status_interval":     shortDuration(replication.DefaultStatusInterval),
+		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
 	}
 }
 

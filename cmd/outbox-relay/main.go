@@ -48,6 +48,7 @@ func main() {
 		kong.Description(description),
 		kong.UsageOnError(),
 		defaults(),
+		cleanupDefaults(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
 	log := c.Log.logger()
