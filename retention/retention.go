@@ -49,6 +49,10 @@ type Config struct {
 	DryRun bool
 	// MarkProcessed sets processed_at on the confirmed rows kept.
 	MarkProcessed bool
+	// ProcessedOnly trusts processed_at alone and reads no slot: for the
+	// polling source (run --source poll), which sets processed_at after
+	// each PubAck. Rows without it are kept.
+	ProcessedOnly bool
 	// DropPartitions drops partitions whose range ends before the
 	// retention and whose rows are all confirmed.
 	DropPartitions bool
@@ -60,7 +64,7 @@ type Config struct {
 // Validate names the first bad field.
 func (c *Config) Validate() error {
 	switch {
-	case c.Slot == "":
+	case c.Slot == "" && !c.ProcessedOnly:
 		return errors.New("retention: Slot is empty")
 	case c.Table.Name == "":
 		return errors.New("retention: Table is empty")
@@ -129,52 +133,73 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, log zerolog.Logger
 	if err := c.checkTable(ctx); err != nil {
 		return rep, err
 	}
-	if err := c.checkSlot(ctx); err != nil {
-		return rep, err
-	}
-	fresh, err := takeMark(ctx, pool, c.marks, cfg.Slot)
-	if err != nil {
-		return rep, err
-	}
-	if rep.Confirmed, err = c.waitConfirmed(ctx, fresh.WALLSN); err != nil {
-		return rep, err
-	}
-	// The slot's record is read again after its position: a slot taken
-	// up anew meanwhile must have finished its take-up too.
-	if err := c.checkSlot(ctx); err != nil {
-		return rep, err
-	}
-	c.mark, rep.HasMark, err = passedMark(ctx, pool, c.marks, cfg.Slot, rep.Confirmed)
-	if err != nil || !rep.HasMark {
-		if err == nil {
-			c.log.Info().Stringer("confirmed_lsn", rep.Confirmed).Stringer("mark_lsn", fresh.WALLSN).
-				Msg("the slot has not passed a cleanup mark yet: nothing is known confirmed; run again once the relay has confirmed")
+	if cfg.ProcessedOnly {
+		if !c.hasProcessedAt {
+			return rep, fmt.Errorf("table %s has no processed_at column: without a slot, cleanup cannot tell published rows", cfg.Table)
 		}
+		c.cfg.MarkProcessed = false
+		rep.HasMark = true
+	} else if err := c.findMark(ctx, &rep); err != nil || !rep.HasMark {
 		return rep, err
 	}
-	rep.Mark = c.mark
 	rep.Cutoff = cfg.Now().Add(-cfg.Retention)
 	if cfg.DryRun {
 		return rep, c.dryRun(ctx, &rep)
 	}
+	return rep, c.apply(ctx, &rep)
+}
+
+// apply drops, deletes and marks what is confirmed.
+func (c *cleaner) apply(ctx context.Context, rep *Report) error {
 	// Whole partitions first: cheaper than deleting their rows.
-	if cfg.DropPartitions {
-		if err := c.dropPartitions(ctx, &rep); err != nil {
-			return rep, err
+	if c.cfg.DropPartitions {
+		if err := c.dropPartitions(ctx, rep); err != nil {
+			return err
 		}
 	}
+	var err error
 	if rep.Deleted, err = c.batches(ctx, c.deleteSQL(), rep.Cutoff); err != nil {
-		return rep, fmt.Errorf("delete confirmed rows of %s: %w", cfg.Table, err)
+		return fmt.Errorf("delete confirmed rows of %s: %w", c.cfg.Table, err)
 	}
-	if cfg.MarkProcessed && c.hasProcessedAt {
+	if c.cfg.MarkProcessed && c.hasProcessedAt {
 		if rep.Marked, err = c.batches(ctx, c.markSQL(), rep.Cutoff); err != nil {
-			return rep, fmt.Errorf("mark processed_at on confirmed rows of %s: %w", cfg.Table, err)
+			return fmt.Errorf("mark processed_at on confirmed rows of %s: %w", c.cfg.Table, err)
 		}
 	}
-	if err := c.countDeadLetters(ctx, &rep); err != nil {
-		return rep, err
+	if err := c.countDeadLetters(ctx, rep); err != nil {
+		return err
 	}
-	return rep, pruneMarks(ctx, pool, c.marks, cfg.Slot, c.mark)
+	if c.cfg.ProcessedOnly {
+		return nil
+	}
+	return pruneMarks(ctx, c.pool, c.marks, c.cfg.Slot, c.mark)
+}
+
+// findMark records this run's mark, waits for the slot to pass it, and
+// sets the newest mark the slot has passed (rep.HasMark false: none).
+func (c *cleaner) findMark(ctx context.Context, rep *Report) error {
+	if err := c.checkSlot(ctx); err != nil {
+		return err
+	}
+	fresh, err := takeMark(ctx, c.pool, c.marks, c.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if rep.Confirmed, err = c.waitConfirmed(ctx, fresh.WALLSN); err != nil {
+		return err
+	}
+	// The slot's record is read again after its position: a slot taken
+	// up anew meanwhile must have finished its take-up too.
+	if err := c.checkSlot(ctx); err != nil {
+		return err
+	}
+	c.mark, rep.HasMark, err = passedMark(ctx, c.pool, c.marks, c.cfg.Slot, rep.Confirmed)
+	if err == nil && !rep.HasMark {
+		c.log.Info().Stringer("confirmed_lsn", rep.Confirmed).Stringer("mark_lsn", fresh.WALLSN).
+			Msg("the slot has not passed a cleanup mark yet: nothing is known confirmed; run again once the relay has confirmed")
+	}
+	rep.Mark = c.mark
+	return err
 }
 
 // checkTable requires created_at and notes whether processed_at exists.

@@ -133,3 +133,20 @@ func TestNothingBeforeTheSlotPassesAMark(t *testing.T) {
 		t.Errorf("row %s deleted without any confirmation", id)
 	}
 }
+
+// With the polling source, processed_at alone says what is published: no
+// slot is read, rows without it stay, dead letters stay.
+func TestProcessedOnly(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	published, pending, dead := insertAt(t, env, old, "p"), insertAt(t, env, old, "q"), insertAt(t, env, old, "d")
+	env.Exec(`UPDATE `+env.Table.Quoted()+` SET processed_at = now() WHERE id = ANY($1::uuid[])`, []string{published, dead})
+	if err := checkpoint.NewStore(env.Pool, env.Table.Schema, "").RecordDeadLetter(context.Background(), dead, "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	rep := cleanup(t, env, func(c *retention.Config) { c.ProcessedOnly = true; c.Slot = "" })
+	ids, _ := rowIDs(t, env)
+	if rep.Deleted != 1 || has(ids, published) || !has(ids, pending) || !has(ids, dead) {
+		t.Errorf("deleted %d, table holds %v: want only %s deleted (report %+v)", rep.Deleted, ids, published, rep)
+	}
+}

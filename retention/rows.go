@@ -19,13 +19,16 @@ import (
 // may compare as newer and is then kept, never deleted too early. xmin 2
 // (frozen, before 9.4) and 1 (bootstrap) are older than everything.
 func (c *cleaner) confirmed() string {
+	notDead := ` AND NOT EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = o.id::text AND d.retried_at IS NULL)`
+	if c.cfg.ProcessedOnly {
+		return `o.processed_at IS NOT NULL` + notDead
+	}
 	cond := `(o.xmin::text::bigint < 3
 		OR (@h32::bigint - o.xmin::text::bigint + 4294967296) % 4294967296 BETWEEN 1 AND 2147483647`
 	if c.hasProcessedAt {
 		cond += ` OR o.processed_at IS NOT NULL`
 	}
-	return cond + `)
-	AND NOT EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = o.id::text AND d.retried_at IS NULL)`
+	return cond + `)` + notDead
 }
 
 // deleteSQL deletes one batch of confirmed rows older than @cutoff. The
@@ -65,7 +68,11 @@ func (c *cleaner) batches(ctx context.Context, sql string, cutoff time.Time) (in
 }
 
 func (c *cleaner) args(cutoff time.Time) pgx.NamedArgs {
-	return pgx.NamedArgs{"h32": c.mark.horizon32(), "cutoff": cutoff, "batch": c.cfg.Batch}
+	args := pgx.NamedArgs{"cutoff": cutoff, "batch": c.cfg.Batch}
+	if !c.cfg.ProcessedOnly {
+		args["h32"] = c.mark.horizon32()
+	}
+	return args
 }
 
 // dryRun counts what a run would do.

@@ -17,6 +17,7 @@ import (
 
 type cleanupCmd struct {
 	pgFlags        `embed:""`
+	Source         string        `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"What published the rows: wal (trust the slot's confirmations) or poll (trust processed_at, which run --source poll sets after each PubAck; no slot is read)."`
 	Slot           string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"The relay's replication slot: only what it confirmed is deleted."`
 	Table          string        `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
 	Retention      time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"${retention}" help:"Keep rows created less than this long ago, confirmed or not."`
@@ -54,6 +55,7 @@ func (c *cleanupCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	rep, err := retention.Run(ctx, pool, retention.Config{
 		Table: table, Slot: c.Slot, Retention: c.Retention, Batch: c.Batch, Wait: c.Wait,
 		DryRun: c.DryRun, MarkProcessed: c.MarkProcessed, DropPartitions: c.DropPartitions, LockTimeout: c.LockTimeout,
+		ProcessedOnly: c.Source == "poll",
 	}, log)
 	if err != nil {
 		return err
@@ -71,7 +73,10 @@ func printCleanup(r retention.Report) {
 	if r.DryRun {
 		verb, marked, dropped = "would delete", "would mark processed", "would drop"
 	}
-	fmt.Printf("slot confirmed %s, mark %s; rows created before %s:\n", r.Confirmed, r.Mark.WALLSN, r.Cutoff.UTC().Format(time.RFC3339))
+	if r.Confirmed != 0 {
+		fmt.Printf("slot confirmed %s, mark %s; ", r.Confirmed, r.Mark.WALLSN)
+	}
+	fmt.Printf("rows created before %s:\n", r.Cutoff.UTC().Format(time.RFC3339))
 	fmt.Printf("  %s: %d rows\n", verb, r.Deleted)
 	fmt.Printf("  %s: %d newer confirmed rows\n", marked, r.Marked)
 	fmt.Printf("  kept: %d dead letters (for dlq retry)\n", r.DeadLetters)
