@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 // relayConfig is the relay's configuration for env.
-func relayConfig(t *testing.T, env *relaytest.Env) relay.Config {
+func relayConfig(t testing.TB, env *relaytest.Env) relay.Config {
 	t.Helper()
 	subject, err := sink.ParseTemplate(env.Subject)
 	if err != nil {
@@ -52,7 +52,7 @@ func relayConfig(t *testing.T, env *relaytest.Env) relay.Config {
 
 // startRelay runs the relay in this process until the returned function
 // stops it (also at the end of the test).
-func startRelay(t *testing.T, env *relaytest.Env) (stop func()) {
+func startRelay(t testing.TB, env *relaytest.Env) (stop func()) {
 	t.Helper()
 	nc, err := nats.Connect(env.NATSURL, nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
 	if err != nil {
@@ -84,7 +84,7 @@ func startRelay(t *testing.T, env *relaytest.Env) (stop func()) {
 
 // waitTakenUp waits until the relay has finished taking up its slot and
 // confirmed all WAL written so far.
-func waitTakenUp(t *testing.T, env *relaytest.Env, done chan error) {
+func waitTakenUp(t testing.TB, env *relaytest.Env, done chan error) {
 	t.Helper()
 	store := checkpoint.NewStore(env.Pool, env.Table.Schema, env.Slot)
 	deadline := time.Now().Add(time.Minute)

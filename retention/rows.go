@@ -41,9 +41,12 @@ func (c *cleaner) deleteSQL() string {
 }
 
 // markSQL sets processed_at on one batch of confirmed rows without it.
+// The batch is read in created_at order, through the seed's partial index
+// on unprocessed rows: rows marked by earlier batches are no longer in it,
+// where a scan of the table would pass over them again in every batch.
 func (c *cleaner) markSQL() string {
 	where := `o.processed_at IS NULL AND ` + c.confirmed()
-	return `WITH batch AS (SELECT o.id FROM ` + c.table + ` o WHERE ` + where + ` LIMIT @batch)
+	return `WITH batch AS (SELECT o.id FROM ` + c.table + ` o WHERE ` + where + ` ORDER BY o.created_at LIMIT @batch)
 		UPDATE ` + c.table + ` o SET processed_at = now() WHERE o.id IN (SELECT id FROM batch) AND ` + where
 }
 
