@@ -92,6 +92,24 @@ func TestPartitionedTable(t *testing.T) {
 	}
 
 	startRelay(t, env)
+	// A writer still inserting into the old partition (a transaction that
+	// began long ago): the drop waits for it no longer than the lock
+	// timeout, and leaves the partition for the next run.
+	writer, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Exec(ctx, `INSERT INTO part_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+		VALUES ('order', 'w', 'created', '{}', $1)`, oldAt); err != nil {
+		t.Fatal(err)
+	}
+	rep = cleanup(t, env, func(c *retention.Config) { dropAll(c); c.LockTimeout = 300 * time.Millisecond })
+	if !slices.Equal(rep.Busy, []string{"part_events_old"}) || !tableExists(t, env.Pool, "part_events_old") {
+		t.Fatalf("with a writer in the old partition: dropped %v, busy %v; want it busy and kept", rep.Dropped, rep.Busy)
+	}
+	if err := writer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rep = cleanup(t, env, dropAll)
 	if !slices.Equal(rep.Dropped, []string{"part_events_old"}) || tableExists(t, env.Pool, "part_events_old") {
 		t.Fatalf("dropped %v after confirmation, want part_events_old (report %+v)", rep.Dropped, rep)
