@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/retention"
@@ -148,5 +151,49 @@ func TestProcessedOnly(t *testing.T) {
 	ids, _ := rowIDs(t, env)
 	if rep.Deleted != 1 || has(ids, published) || !has(ids, pending) || !has(ids, dead) {
 		t.Errorf("deleted %d, table holds %v: want only %s deleted (report %+v)", rep.Deleted, ids, published, rep)
+	}
+}
+
+// The grants docs/cleanup.md gives a cleanup role are enough to delete and
+// mark; the role has nothing else.
+func TestCleanupRoleGrants(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	startRelay(t, env)
+	role := "cleanup_" + env.Database
+	t.Cleanup(func() {
+		_, _ = env.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	for _, stmt := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA public TO ` + role,
+		`GRANT SELECT, DELETE, UPDATE (processed_at) ON public.outbox_events TO ` + role,
+		`GRANT SELECT ON public.outbox_relay_slots, public.outbox_relay_dead_letters TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON public.outbox_relay_cleanup_marks TO ` + role,
+	} {
+		env.Exec(stmt)
+	}
+	old := insertAt(t, env, time.Now().Add(-30*24*time.Hour), "old")
+	recent := insertAt(t, env, time.Now(), "recent")
+	env.WaitSlotCaughtUp(time.Minute)
+
+	cfg, err := pgxpool.ParseConfig(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rep, err := retention.Run(context.Background(), pool, retention.Config{Table: env.Table, Slot: env.Slot, Retention: 7 * 24 * time.Hour,
+		Batch: 10, Wait: 30 * time.Second, MarkProcessed: true}, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("cleanup as %s: %v", role, err)
+	}
+	ids, processed := rowIDs(t, env)
+	if rep.Deleted != 1 || has(ids, old) || !processed[recent] {
+		t.Errorf("as %s: deleted %d, table %v, processed %v; want %s deleted and %s marked", role, rep.Deleted, ids, processed, old, recent)
 	}
 }
