@@ -59,6 +59,9 @@ func (c *cleaner) dropPartitions(ctx context.Context, rep *Report) error {
 			c.log.Warn().Str("partition", p.name).Dur("lock_timeout", c.cfg.LockTimeout).
 				Msg("partition busy: its writers held it past the lock timeout; the next run tries again")
 			rep.Busy = append(rep.Busy, p.name)
+		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+			// Dropped meanwhile (another cleanup run, an operator).
+			continue
 		case err != nil:
 			return fmt.Errorf("drop partition %s: %w", p.name, err)
 		case dropped:
