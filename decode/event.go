@@ -70,7 +70,10 @@ type Event struct {
 	// CreatedAt is created_at in RFC 3339, UTC; empty when the table has no
 	// created_at column.
 	CreatedAt string
-	Position  Position
+	// Headers are the event's own message headers (the headers column),
+	// nil when it has none.
+	Headers  []Header
+	Position Position
 	// Problem says why the row cannot be published as an ordinary message
 	// (a NULL column, an id that cannot be a Nats-Msg-Id); empty when it can.
 	Problem string
@@ -81,6 +84,8 @@ type Event struct {
 // non-nil empty slice.
 type Fields struct {
 	ID, AggregateType, AggregateID, EventType, Payload, CreatedAt []byte
+	// Headers is the headers column's JSON text; nil when NULL or absent.
+	Headers []byte
 	// PayloadIsBytea says Payload is bytea text output (\x followed by hex).
 	PayloadIsBytea bool
 	// HasCreatedAt says the table has a created_at column.
@@ -119,6 +124,13 @@ func NewEvent(f Fields, pos Position) Event {
 		if problem := CheckID(id); problem != "" {
 			problems = append(problems, problem)
 		}
+	}
+	if f.Headers != nil {
+		hs, err := ParseHeaders(f.Headers)
+		if err != nil {
+			problems = append(problems, "headers: "+err.Error())
+		}
+		ev.Headers = hs
 	}
 
 	buf := make([]byte, 0, len(id)+len(at)+len(aid)+len(et)+len(created)+len(payload))

@@ -27,9 +27,10 @@ type relation struct {
 	name   string
 	outbox bool
 	ncols  int
-	// Indexes of the relay's columns in the tuple; createdAt is -1 when absent.
-	id, aggregateType, aggregateID, eventType, payload, createdAt int
-	payloadIsBytea                                                bool
+	// Indexes of the relay's columns in the tuple; createdAt and headers
+	// are -1 when absent.
+	id, aggregateType, aggregateID, eventType, payload, createdAt, headers int
+	payloadIsBytea                                                         bool
 }
 
 func (d *Decoder) relation(r *reader) error {
@@ -38,7 +39,7 @@ func (d *Decoder) relation(r *reader) error {
 	name := string(r.cstring())
 	_ = r.u8() // replica identity
 	ncols := int(r.u16())
-	rel := &relation{name: schema + "." + name, ncols: ncols, createdAt: -1}
+	rel := &relation{name: schema + "." + name, ncols: ncols, createdAt: -1, headers: -1}
 	rel.outbox = schema == d.table.Schema && name == d.table.Name
 	found := make(map[string]int, len(RequiredColumns)+1)
 	for i := 0; i < ncols && r.err == nil; i++ {
@@ -84,6 +85,9 @@ func (rel *relation) mapColumns(found map[string]int) error {
 	rel.payload = found[ColumnPayload]
 	if i, ok := found[ColumnCreatedAt]; ok {
 		rel.createdAt = i
+	}
+	if i, ok := found[ColumnHeaders]; ok {
+		rel.headers = i
 	}
 	return nil
 }
@@ -136,6 +140,9 @@ func (rel *relation) fields(values [][]byte) Fields {
 		Payload:        values[rel.payload],
 		PayloadIsBytea: rel.payloadIsBytea,
 		HasCreatedAt:   rel.createdAt >= 0,
+	}
+	if rel.headers >= 0 {
+		f.Headers = values[rel.headers]
 	}
 	if rel.createdAt >= 0 {
 		f.CreatedAt = values[rel.createdAt]

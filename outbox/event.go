@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/decode"
 )
 
 // Event is one outbox row to write.
@@ -23,6 +25,13 @@ type Event struct {
 	// string) is encoded with encoding/json. Nil is refused: write
 	// json.RawMessage("null") or "{}" if an empty body is meant.
 	Payload any
+	// Headers are message headers of the event's own, such as traceparent
+	// and tracestate: at most decode.MaxHeaders, names that are HTTP
+	// tokens outside the Nats- and Outbox- prefixes (see
+	// decode.CheckHeaderName), values valid UTF-8 without NUL. They are
+	// written to the table's headers column (migration 00006), which
+	// Write uses only when some event of the call has headers.
+	Headers map[string]string
 }
 
 // MaxFieldLength is the longest AggregateType, AggregateID or EventType in
@@ -47,6 +56,7 @@ var (
 type row struct {
 	aggregateType, aggregateID, eventType string
 	payload                               string
+	headers                               string // JSON object, "" for none
 }
 
 // prepare checks ev (the index-th event of the call) and returns its row.
@@ -63,6 +73,11 @@ func prepare(index int, ev Event, maxMessage int) (row, error) {
 		}
 		headerBytes += 3 * len(f.value) // a header value percent-encoded at worst
 	}
+	headers, own, err := headersText(ev.Headers)
+	if err != nil {
+		return row{}, fmt.Errorf("outbox event %d (%s): %w: %w", index, ev.EventType, err, ErrInvalidEvent)
+	}
+	headerBytes += own
 	text, err := payloadText(ev.Payload)
 	if err != nil {
 		return row{}, fmt.Errorf("outbox event %d (%s): payload %w: %w", index, ev.EventType, err, ErrInvalidPayload)
@@ -75,7 +90,7 @@ func prepare(index int, ev Event, maxMessage int) (row, error) {
 		return row{}, fmt.Errorf("outbox event %d (%s): payload is %d bytes as published (jsonb text form) and the relay's headers up to %d more, over the maximum message size of %d bytes: %w",
 			index, ev.EventType, size, headerBytes, maxMessage, ErrPayloadTooLarge)
 	}
-	return row{ev.AggregateType, ev.AggregateID, ev.EventType, string(text)}, nil
+	return row{ev.AggregateType, ev.AggregateID, ev.EventType, string(text), headers}, nil
 }
 
 // headerReserve is room for the headers the relay adds to every message
@@ -96,6 +111,32 @@ func checkField(v string) error {
 		return fmt.Errorf("is %d characters long, over the column's %d", utf8.RuneCountInString(v), MaxFieldLength)
 	}
 	return nil
+}
+
+// headersText checks an event's own headers and returns them as a JSON
+// object ("" for none) with the most bytes they add to the message.
+func headersText(hs map[string]string) (string, int, error) {
+	if len(hs) == 0 {
+		return "", 0, nil
+	}
+	if len(hs) > decode.MaxHeaders {
+		return "", 0, fmt.Errorf("%d headers, over the %d allowed", len(hs), decode.MaxHeaders)
+	}
+	size := 0
+	for name, value := range hs {
+		if err := decode.CheckHeaderName(name); err != nil {
+			return "", 0, err
+		}
+		if !utf8.ValidString(value) || strings.IndexByte(value, 0) >= 0 {
+			return "", 0, fmt.Errorf("header %q: the value must be valid UTF-8 without NUL bytes", name)
+		}
+		size += len(name) + len(": \r\n") + 3*len(value) // a value percent-encoded at worst
+	}
+	b, err := json.Marshal(hs)
+	if err != nil {
+		return "", 0, fmt.Errorf("encode headers: %w", err)
+	}
+	return string(b), size, nil
 }
 
 // payloadText returns the payload as JSON text.

@@ -16,6 +16,15 @@ INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 VALUES (@aggregate_type, @aggregate_id, @event_type, @payload)
 RETURNING id;
 
+-- name: InsertOutboxEventWithHeaders :one
+-- One event with headers of its own (a JSON object of header names to
+-- string values, such as {"traceparent": "00-…-01"}; migration 00006 adds
+-- the column). Names starting with Nats- or Outbox- are refused by the
+-- relay (a dead letter); outbox.Write checks them before the INSERT.
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+VALUES (@aggregate_type, @aggregate_id, @event_type, @payload, @headers)
+RETURNING id;
+
 -- name: InsertOutboxEvents :many
 -- Many events in one statement, from parallel arrays (payloads as JSON
 -- text); the ids come back in the order of the arrays, which is the order

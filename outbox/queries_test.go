@@ -58,9 +58,10 @@ func TestQueriesFile(t *testing.T) {
 	env := relaytest.NewEnv(t, server)
 	ctx := context.Background()
 	args := map[string][]any{
-		"InsertOutboxEvent":  {"order", "42", "order.created", `{"total": 10}`},
-		"InsertOutboxEvents": {[]string{"order", "order"}, []string{"1", "2"}, []string{"order.created", "order.paid"}, []string{`{}`, `{"a": 1}`}},
-		"OutboxPendingCount": nil,
+		"InsertOutboxEvent":            {"order", "42", "order.created", `{"total": 10}`},
+		"InsertOutboxEventWithHeaders": {"order", "43", "order.created", `{}`, `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`},
+		"InsertOutboxEvents":           {[]string{"order", "order"}, []string{"1", "2"}, []string{"order.created", "order.paid"}, []string{`{}`, `{"a": 1}`}},
+		"OutboxPendingCount":           nil,
 	}
 	qs := parseQueries(t, "queries.sql")
 	if len(qs) != len(args) {
@@ -87,7 +88,7 @@ func TestQueriesFile(t *testing.T) {
 		}
 	}
 	var n int
-	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("%d rows (%v), want 3", n, err)
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("%d rows (%v), want 4", n, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -55,6 +56,15 @@ func TestRefusedBeforeInsert(t *testing.T) {
 		{"numeric scale", with(func(e *outbox.Event) { e.Payload = []byte(`1e-16384`) }), outbox.ErrInvalidPayload, "numeric"},
 		{"cannot marshal", with(func(e *outbox.Event) { e.Payload = math.NaN() }), outbox.ErrInvalidPayload, "cannot be encoded"},
 		{"too large", with(func(e *outbox.Event) { e.Payload = []byte(big) }), outbox.ErrPayloadTooLarge, "as published"},
+		{"reserved header", with(func(e *outbox.Event) { e.Headers = map[string]string{"Nats-Msg-Id": "x"} }), outbox.ErrInvalidEvent, "reserved"},
+		{"relay's header", with(func(e *outbox.Event) { e.Headers = map[string]string{"outbox-event-type": "x"} }), outbox.ErrInvalidEvent, "reserved"},
+		{"header name with a space", with(func(e *outbox.Event) { e.Headers = map[string]string{"trace parent": "x"} }), outbox.ErrInvalidEvent, "not allowed"},
+		{"header value with NUL", with(func(e *outbox.Event) { e.Headers = map[string]string{"traceparent": "a\x00"} }), outbox.ErrInvalidEvent, "NUL"},
+		{"too many headers", with(func(e *outbox.Event) { e.Headers = manyHeaders(33) }), outbox.ErrInvalidEvent, "33 headers"},
+		{"headers make it too large", with(func(e *outbox.Event) {
+			e.Payload = []byte(`{"data": "` + strings.Repeat("x", outbox.DefaultMaxPayload-3000) + `"}`)
+			e.Headers = map[string]string{"baggage": strings.Repeat("b", 1000)}
+		}), outbox.ErrPayloadTooLarge, "as published"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,4 +105,12 @@ func TestArrayLiteral(t *testing.T) {
 	if got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
+}
+
+func manyHeaders(n int) map[string]string {
+	hs := map[string]string{}
+	for i := 0; i < n; i++ {
+		hs[fmt.Sprint("x-h", i)] = "v"
+	}
+	return hs
 }

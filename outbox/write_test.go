@@ -302,3 +302,55 @@ func TestMaxPayload(t *testing.T) {
 		t.Fatalf("compact payload too large as published: %v, want ErrPayloadTooLarge", err)
 	}
 }
+
+// TestWriteHeaders: an event's own headers land in the headers column, with
+// pgx and database/sql; events without them get NULL there, also in the same
+// batch.
+func TestWriteHeaders(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	ctx := context.Background()
+	evs := []outbox.Event{valid(), valid()}
+	evs[0].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-note": awkward[0]}
+	var ids []string
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := outbox.Write(ctx, tx, evs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, got...)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(env.Pool)
+	defer db.Close()
+	stx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = outbox.WriteSQL(ctx, stx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, got...)
+	if err := stx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		var headers *string
+		if err := env.Pool.QueryRow(ctx, `SELECT headers::text FROM outbox_events WHERE id = $1`, id).Scan(&headers); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if headers != nil {
+				t.Errorf("event %d without headers stored %s", i, *headers)
+			}
+			continue
+		}
+		var hs map[string]string
+		if headers == nil || json.Unmarshal([]byte(*headers), &hs) != nil || fmt.Sprint(hs) != fmt.Sprint(evs[0].Headers) {
+			t.Errorf("event %d stored headers %v, want %v", i, headers, evs[0].Headers)
+		}
+	}
+}

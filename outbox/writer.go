@@ -33,6 +33,9 @@ type Writer struct {
 	table      decode.Table
 	maxMessage int
 	insertSQL  string
+	// insertHeadersSQL also fills the headers column: used only when an
+	// event of the call has headers, so tables without it keep working.
+	insertHeadersSQL string
 }
 
 // Option configures a Writer.
@@ -77,7 +80,7 @@ func NewWriter(opts ...Option) (*Writer, error) {
 			return nil, err
 		}
 	}
-	w.insertSQL = insertSQL(w.table)
+	w.insertSQL, w.insertHeadersSQL = insertSQL(w.table), insertHeadersSQL(w.table)
 	return w, nil
 }
 
@@ -110,6 +113,16 @@ ORDER BY u.n
 RETURNING id::text`
 }
 
+// insertHeadersSQL is insertSQL with a fifth array for the headers column
+// (an empty string for an event without headers).
+func insertHeadersSQL(t decode.Table) string {
+	return `INSERT INTO ` + t.Quoted() + ` (aggregate_type, aggregate_id, event_type, payload, headers)
+SELECT u.aggregate_type, u.aggregate_id, u.event_type, u.payload::jsonb, NULLIF(u.headers, '')::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(aggregate_type, aggregate_id, event_type, payload, headers, n)
+ORDER BY u.n
+RETURNING id::text`
+}
+
 // Write inserts events into the outbox table in tx, with one statement,
 // and returns their ids in the order of events. It checks every event
 // first: if one is invalid, nothing is sent and tx stays usable. Writing
@@ -119,7 +132,11 @@ func (w *Writer) Write(ctx context.Context, tx Tx, events ...Event) ([]string, e
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, w.insertSQL, cols[0], cols[1], cols[2], cols[3])
+	args := []any{cols.values[0], cols.values[1], cols.values[2], cols.values[3]}
+	if cols.headers {
+		args = append(args, cols.values[4])
+	}
+	rows, err := tx.Query(ctx, w.statement(cols), args...)
 	if err != nil {
 		return nil, w.insertErr(err)
 	}
@@ -145,8 +162,15 @@ func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]str
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, w.insertSQL,
-		arrayLiteral(cols[0]), arrayLiteral(cols[1]), arrayLiteral(cols[2]), arrayLiteral(cols[3]))
+	n := 4
+	if cols.headers {
+		n = 5
+	}
+	args := make([]any, n)
+	for i := range args {
+		args[i] = arrayLiteral(cols.values[i])
+	}
+	rows, err := tx.QueryContext(ctx, w.statement(cols), args...)
 	if err != nil {
 		return nil, w.insertErr(err)
 	}
@@ -168,24 +192,40 @@ func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]str
 	return w.checkIDs(ids, len(events))
 }
 
-// columns validates events and returns the statement's four arrays, or
-// nil for no events.
-func (w *Writer) columns(events []Event) (*[4][]string, error) {
+// columnArrays are the statement's parallel arrays: aggregate types, ids,
+// event types, payloads and, when some event has them, headers.
+type columnArrays struct {
+	values  [5][]string
+	headers bool
+}
+
+// columns validates events and returns the statement's arrays, or nil for
+// no events.
+func (w *Writer) columns(events []Event) (*columnArrays, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	var cols [4][]string
-	for i := range cols {
-		cols[i] = make([]string, len(events))
+	cols := &columnArrays{}
+	for i := range cols.values {
+		cols.values[i] = make([]string, len(events))
 	}
 	for i, ev := range events {
 		r, err := prepare(i, ev, w.maxMessage)
 		if err != nil {
 			return nil, err
 		}
-		cols[0][i], cols[1][i], cols[2][i], cols[3][i] = r.aggregateType, r.aggregateID, r.eventType, r.payload
+		v := &cols.values
+		v[0][i], v[1][i], v[2][i], v[3][i], v[4][i] = r.aggregateType, r.aggregateID, r.eventType, r.payload, r.headers
+		cols.headers = cols.headers || r.headers != ""
 	}
-	return &cols, nil
+	return cols, nil
+}
+
+func (w *Writer) statement(cols *columnArrays) string {
+	if cols.headers {
+		return w.insertHeadersSQL
+	}
+	return w.insertSQL
 }
 
 func (w *Writer) insertErr(err error) error {

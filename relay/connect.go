@@ -88,7 +88,11 @@ func WaitConnected(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error
 	if nc.IsConnected() {
 		return nil
 	}
-	log.Warn().Str("nats_url", RedactNATS(strings.Join(nc.Opts.Servers, ","))).Msg("NATS is not reachable yet; waiting (the relay retries forever)")
+	ev := log.Warn().Str("nats_url", RedactNATS(strings.Join(nc.Opts.Servers, ",")))
+	if err := nc.LastError(); err != nil {
+		ev = ev.Err(err).Str("cause", NATSCause(err))
+	}
+	ev.Msg("NATS is not reachable yet; waiting (the relay retries forever; each failed attempt is logged with its cause)")
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for !nc.IsConnected() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -28,14 +29,22 @@ type OneShot struct {
 }
 
 // NewOneShot starts a publisher to stream for the subjects of cfg; call
-// Finish when every event is offered.
+// Finish when every event is offered. cfg.PGURL names the Postgres the
+// events come from: the messages carry its source like the relay's own
+// (Outbox-Source-* headers). Their position is the table's (commit LSN
+// 0/0), outside any replay, so a relay never skips a replayed event
+// because of them.
 func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*OneShot, error) {
+	src, err := oneShotSource(ctx, nc, cfg, store, log)
+	if err != nil {
+		return nil, err
+	}
 	o := &OneShot{dead: map[string]string{}}
 	maxSize, lastSeq := streamLimits(stream)
 	record := recordDeadLetter(store)
 	pub, err := sink.NewPublisher(nc, sink.Config{
 		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
-		MaxMessageSize: maxSize, Stream: stream, StartSeq: lastSeq,
+		MaxMessageSize: maxSize, Stream: stream, StartSeq: lastSeq, Source: src.stamp,
 		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
 			o.mu.Lock()
 			o.dead[ev.ID] = reason
@@ -55,6 +64,20 @@ func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg
 		_ = pub.Run(rctx)
 	}()
 	return o, nil
+}
+
+// oneShotSource identifies the Postgres system and, when the relay took its
+// slot up, the slot's creation point.
+func oneShotSource(ctx context.Context, nc *nats.Conn, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*source, error) {
+	_, repl, err := replication.ParseConnString(cfg.PGURL)
+	if err != nil {
+		return nil, err
+	}
+	src, err := newSource(ctx, repl, cfg.Slot, nc, log)
+	if err != nil {
+		return nil, err
+	}
+	return src, src.slotTakenUp(ctx, store)
 }
 
 // Publish queues ev, waiting for room.

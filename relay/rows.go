@@ -40,9 +40,12 @@ func (r *RowSource) Has(col string) bool { _, ok := r.cols[col]; return ok }
 // order, which keeps a transaction's rows in insertion order. Their WAL
 // order is out of reach: it may predate the slot by years.
 func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, args []any, fn func(*decode.Event) error) (int, error) {
-	created, order := "NULL", "ctid"
+	created, order, headers := "NULL", "ctid", "NULL"
 	if r.Has(decode.ColumnCreatedAt) {
 		created, order = "created_at::text", "created_at, ctid"
+	}
+	if r.Has(decode.ColumnHeaders) {
+		headers = "headers::text"
 	}
 	var commitTS string
 	rows, err := db.Query(ctx, `SELECT current_setting('track_commit_timestamp')`)
@@ -58,7 +61,7 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 	if commitTS == "on" {
 		order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
 	}
-	rows, err = db.Query(ctx, `SELECT id::text, aggregate_type::text, aggregate_id::text, event_type::text, payload::text, `+created+`
+	rows, err = db.Query(ctx, `SELECT id::text, aggregate_type::text, aggregate_id::text, event_type::text, payload::text, `+created+`, `+headers+`
 		FROM `+r.table.Quoted()+` WHERE `+where+` ORDER BY `+order, args...)
 	if err != nil {
 		return 0, fmt.Errorf("read rows of %s: %w", r.table, err)
@@ -68,7 +71,7 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 	for rows.Next() {
 		v := rows.RawValues()
 		ev := decode.NewEvent(decode.Fields{
-			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5],
+			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5], Headers: v[6],
 			PayloadIsBytea: r.cols[decode.ColumnPayload] == "bytea",
 			HasCreatedAt:   r.Has(decode.ColumnCreatedAt),
 		}, decode.Position{Index: uint32(n)})

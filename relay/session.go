@@ -10,8 +10,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
-// beforeSession runs before each replication session. It checks that the
-// slot is still the one the relay confirms (never beyond what the ledger
+// beforeSession runs at the start of each replication session, once the
+// session holds the slot and before it reads from it: what the stream
+// holds beyond the slot's position can no longer grow under it. It checks
+// that the slot is still the one the relay confirms (never beyond what the ledger
 // allowed) and that the server is still the same cluster, then reads
 // which events of the coming replay the stream already holds (the events'
 // stream and the dead-letter subject's, only the messages of this relay's

@@ -12,46 +12,98 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
+// Problem is one thing that keeps the relay from streaming, with its fix.
+type Problem struct {
+	// Check names what was checked: one of the Problem* constants.
+	Check string
+	What  string
+	Fix   string
+}
+
+func (p Problem) String() string { return p.What + ": " + p.Fix }
+
+// The checks Preflight runs, as Problem.Check names them.
+const (
+	ProblemWALLevel    = "wal_level"
+	ProblemRole        = "role"
+	ProblemPublication = "publication"
+	ProblemTable       = "table"
+)
+
 // Check verifies, read-only, what streaming needs: wal_level, the role's
 // REPLICATION attribute, the publication and the table's membership, and
 // the table's columns. It reports every problem found, each with its fix.
 func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) error {
-	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	problems, err := Preflight(ctx, pool, table, publication)
+	if err != nil || len(problems) == 0 {
+		return err
+	}
+	return &FatalError{Err: errors.New("Postgres is not ready for the relay"), Hint: "\n  - " + joinProblems(problems, "\n  - ")}
+}
 
+// Preflight returns, read-only, every problem of Check's; an error means
+// Postgres could not be asked.
+func Preflight(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]Problem, error) {
+	var problems []Problem
 	var walLevel string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
-		return fmt.Errorf("check wal_level: %w", err)
+		return nil, fmt.Errorf("check wal_level: %w", err)
 	}
 	if walLevel != "logical" {
-		add("wal_level is %q, logical decoding needs \"logical\": run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart Postgres", walLevel)
+		problems = append(problems, Problem{ProblemWALLevel, fmt.Sprintf("wal_level is %q, logical decoding needs \"logical\"", walLevel),
+			"run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf; on RDS rds.logical_replication = 1 in the parameter group, on Cloud SQL the flag cloudsql.logical_decoding = on) and restart Postgres"})
 	}
-
-	var user string
-	var replication, super bool
-	err := pool.QueryRow(ctx, `SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&user, &replication, &super)
+	role, err := ReadRole(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("check the role's attributes: %w", err)
+		return nil, err
 	}
-	if !replication && !super {
-		add("role %q lacks the REPLICATION attribute: run ALTER ROLE %s REPLICATION (as a superuser)", user, pgx.Identifier{user}.Sanitize())
+	if !role.CanReplicate() {
+		problems = append(problems, Problem{ProblemRole, fmt.Sprintf("role %q lacks the REPLICATION attribute", role.Name),
+			fmt.Sprintf("run ALTER ROLE %s REPLICATION (as a superuser; on RDS: GRANT rds_replication TO %s)", pgx.Identifier{role.Name}.Sanitize(), pgx.Identifier{role.Name}.Sanitize())})
 	}
-
 	pubProblems, err := checkPublication(ctx, pool, table, publication)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	problems = append(problems, pubProblems...)
 	cols, err := checkColumns(ctx, pool, table)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	problems = append(problems, cols...)
+	return append(problems, cols...), nil
+}
 
-	if len(problems) > 0 {
-		return &FatalError{Err: errors.New("Postgres is not ready for the relay"), Hint: "\n  - " + strings.Join(problems, "\n  - ")}
+// Role is what the connected role may do that matters for replication.
+type Role struct {
+	Name        string
+	Replication bool // the REPLICATION attribute
+	Superuser   bool
+	// RDSReplication: member of rds_replication (Amazon RDS and Aurora,
+	// where it stands in for the attribute).
+	RDSReplication bool
+}
+
+// CanReplicate reports whether the role may open a replication connection.
+func (r Role) CanReplicate() bool { return r.Replication || r.Superuser || r.RDSReplication }
+
+// ReadRole reads the connected role's attributes.
+func ReadRole(ctx context.Context, db Querier) (Role, error) {
+	var r Role
+	err := db.QueryRow(ctx, `SELECT rolname, rolreplication, rolsuper,
+			COALESCE((SELECT pg_has_role(current_user, oid, 'member') FROM pg_roles WHERE rolname = 'rds_replication'), false)
+		FROM pg_roles WHERE rolname = current_user`).Scan(&r.Name, &r.Replication, &r.Superuser, &r.RDSReplication)
+	if err != nil {
+		return r, fmt.Errorf("check the role's attributes: %w", err)
 	}
-	return nil
+	return r, nil
+}
+
+func joinProblems(problems []Problem, sep string) string {
+	s := make([]string, len(problems))
+	for i, p := range problems {
+		s[i] = p.String()
+	}
+	return strings.Join(s, sep)
 }
 
 // CheckPublication verifies that the publication still exists, publishes
@@ -63,33 +115,34 @@ func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 	if err != nil || len(problems) == 0 {
 		return err
 	}
-	return gap(errors.New("the publication changed under the relay: "+strings.Join(problems, "; ")),
+	return gap(errors.New("the publication changed under the relay: "+joinProblems(problems, "; ")),
 		"inserts made while the table was not published were not decoded: restore the publication first")
 }
 
 // checkPublication returns the publication's problems; an error means it
 // could not be read.
-func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]string, error) {
+func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]Problem, error) {
 	var insert, allTables, viaRoot, partitioned bool
 	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables, pubviaroot,
 			coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($2)), false)
 		FROM pg_publication WHERE pubname = $1`, publication, table.Quoted()).Scan(&insert, &allTables, &viaRoot, &partitioned)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return []string{fmt.Sprintf("publication %q does not exist: run `outbox-relay migrate`, or CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-			publication, publication, table.Quoted())}, nil
+		return []Problem{{ProblemPublication, fmt.Sprintf("publication %q does not exist", publication),
+			fmt.Sprintf("run `outbox-relay migrate`, or CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", publication, table.Quoted())}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read publication %q: %w", publication, err)
 	}
-	var out []string
+	var out []Problem
 	if !insert {
-		out = append(out, fmt.Sprintf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", publication, publication))
+		out = append(out, Problem{ProblemPublication, fmt.Sprintf("publication %q does not publish inserts", publication),
+			fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", publication)})
 	}
 	if partitioned && !viaRoot {
 		// pgoutput would name each partition, never the table the relay
 		// decodes: every insert would be skipped.
-		return append(out, fmt.Sprintf("table %s is partitioned and publication %q sends its inserts as the partitions': ALTER PUBLICATION %s SET (publish_via_partition_root = true) before the relay's first start",
-			table, publication, publication)), nil
+		return append(out, Problem{ProblemPublication, fmt.Sprintf("table %s is partitioned and publication %q sends its inserts as the partitions'", table, publication),
+			fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true) before the relay's first start", publication)}), nil
 	}
 	var member bool
 	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
@@ -98,7 +151,8 @@ func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 		return nil, fmt.Errorf("read the tables of publication %q: %w", publication, err)
 	}
 	if !member {
-		out = append(out, fmt.Sprintf("table %s is not in publication %q: ALTER PUBLICATION %s ADD TABLE %s", table, publication, publication, table.Quoted()))
+		out = append(out, Problem{ProblemPublication, fmt.Sprintf("table %s is not in publication %q", table, publication),
+			fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", publication, table.Quoted())})
 	}
 	return out, nil
 }
@@ -123,13 +177,13 @@ func Columns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (map[s
 	return cols, nil
 }
 
-func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) ([]string, error) {
+func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) ([]Problem, error) {
 	have, err := Columns(ctx, pool, table)
 	if err != nil {
 		return nil, err
 	}
 	if len(have) == 0 {
-		return []string{fmt.Sprintf("table %s does not exist: create it by running `outbox-relay migrate` for this table", table)}, nil
+		return []Problem{{ProblemTable, fmt.Sprintf("table %s does not exist", table), "create it by running `outbox-relay migrate` for this table"}}, nil
 	}
 	var missing []string
 	for _, c := range decode.RequiredColumns {
@@ -138,8 +192,8 @@ func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (
 		}
 	}
 	if len(missing) > 0 {
-		return []string{fmt.Sprintf("table %s has no column %s; the relay needs %s",
-			table, strings.Join(missing, ", "), strings.Join(decode.RequiredColumns, ", "))}, nil
+		return []Problem{{ProblemTable, fmt.Sprintf("table %s has no column %s", table, strings.Join(missing, ", ")),
+			fmt.Sprintf("the relay needs %s", strings.Join(decode.RequiredColumns, ", "))}}, nil
 	}
 	return nil, nil
 }

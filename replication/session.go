@@ -98,6 +98,7 @@ type session struct {
 	deadAfter  time.Duration // silence before giving up; 0: never (see silenceLimits)
 	// senderTimeout is the server's wal_sender_timeout for this connection.
 	senderTimeout time.Duration
+	statusEvery   time.Duration // longest time between status updates (see statusEvery)
 	serverEnd     pglogrepl.LSN // WAL end in the server's last keepalive
 	ignored       map[string]bool
 }
@@ -287,14 +288,14 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 	if err != nil {
 		return err
 	}
-	due := replyRequested || now.Sub(s.lastStatus) >= s.cfg.StatusInterval ||
+	due := replyRequested || now.Sub(s.lastStatus) >= s.statusEvery ||
 		(flushed > s.sent && now.Sub(s.lastStatus) >= confirmGap)
 	if due {
 		if err := s.sendStatus(flushed, now); err != nil {
 			return err
 		}
 	}
-	s.wakeAt = now.Add(min(confirmGap, s.cfg.StatusInterval))
+	s.wakeAt = now.Add(min(confirmGap, s.statusEvery))
 	if ctx.Err() == nil {
 		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
 	}

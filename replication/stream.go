@@ -62,15 +62,18 @@ type Config struct {
 	Publication string
 	Table       decode.Table
 	// StatusInterval is the longest time between standby status updates
-	// (DefaultStatusInterval when zero). Progress is confirmed sooner, up to
-	// five times a second.
+	// (DefaultStatusInterval when zero), capped at half the server's
+	// wal_sender_timeout. Progress is confirmed sooner, up to five times a
+	// second.
 	StatusInterval time.Duration
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
 	// before the final status update (DefaultDrainTimeout when zero).
 	DrainTimeout time.Duration
-	// BeforeSession, when set, runs before each session with the slot as it
-	// is then: the relay checks it is still its own (not dropped and
+	// BeforeSession, when set, runs at the start of each session, once the
+	// session holds the slot and before it reads from it, with the slot as
+	// it is then: the relay checks it is still its own (not dropped and
 	// recreated) and learns what of the replay the stream already holds.
+	// Postgres is kept informed meanwhile, however long it takes.
 	BeforeSession func(ctx context.Context, slot SlotInfo) error
 }
 
@@ -175,13 +178,10 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
 			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
 	}
+	// Checked before connecting as well as after: a slot that cannot be
+	// used is refused without a replication connection.
 	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
 		return err
-	}
-	if s.cfg.BeforeSession != nil {
-		if err := s.cfg.BeforeSession(ctx, info); err != nil {
-			return err
-		}
 	}
 	conn, err := pgconn.ConnectConfig(ctx, s.cfg.Repl)
 	if err != nil {
@@ -192,9 +192,44 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	if err != nil {
 		return err
 	}
-	// Start at 0/0: the server then starts at the slot's confirmed_flush_lsn.
-	// Asking for a later LSN would silently skip the transactions before it.
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	every := statusEvery(s.cfg.StatusInterval, senderTimeout)
+	if err := s.startReplication(ctx, conn); err != nil {
+		return err
+	}
+	if info, err = s.heldSlot(ctx, conn); err != nil {
+		return err
+	}
+	if s.cfg.BeforeSession != nil {
+		err := holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
+			return s.cfg.BeforeSession(ctx, info)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	s.streaming.Store(true)
+	s.metrics.Connected.Set(1)
+	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
+		Str("lsn", info.ConfirmedFlush.String()).Dur("wal_sender_timeout", senderTimeout).
+		Dur("status_interval", every).
+		Msg("streaming from the slot's confirmed position")
+	sess := &session{
+		Stream: s,
+		conn:   conn,
+		h:      h,
+		dec:    decode.NewDecoder(s.cfg.Table),
+		sent:   info.ConfirmedFlush,
+	}
+	sess.senderTimeout, sess.statusEvery = senderTimeout, every
+	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
+	return sess.run(ctx)
+}
+
+// startReplication starts streaming from the slot at 0/0: the server then
+// starts at the slot's confirmed_flush_lsn. Asking for a later LSN would
+// silently skip the transactions before it.
+func (s *Stream) startReplication(ctx context.Context, conn *pgconn.PgConn) error {
+	err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
 			"proto_version '1'",
@@ -204,21 +239,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)
 	}
-	s.streaming.Store(true)
-	s.metrics.Connected.Set(1)
-	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
-		Str("lsn", info.ConfirmedFlush.String()).Dur("wal_sender_timeout", senderTimeout).
-		Msg("streaming from the slot's confirmed position")
-	sess := &session{
-		Stream: s,
-		conn:   conn,
-		h:      h,
-		dec:    decode.NewDecoder(s.cfg.Table),
-		sent:   info.ConfirmedFlush,
-	}
-	sess.senderTimeout = senderTimeout
-	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
-	return sess.run(ctx)
+	return nil
 }
 
 // walSenderTimeout reads wal_sender_timeout on the replication connection

@@ -177,6 +177,8 @@ type wireMsg struct {
 	// the value the headers hold now.
 	stamp   *Stamp
 	stamped *sourceHeaders
+	// own are the names of the last event's own headers, removed by reset.
+	own []string
 }
 
 func newWireMsg() *wireMsg {
@@ -265,6 +267,10 @@ func (w *wireMsg) reset(subject, reply string, data []byte) {
 	for _, k := range optionalHeaders {
 		delete(w.msg.Header, k)
 	}
+	for _, k := range w.own {
+		delete(w.msg.Header, k)
+	}
+	w.own = w.own[:0]
 	w.msg.Subject, w.msg.Reply, w.msg.Data = subject, reply, data
 	w.stampSource()
 }
@@ -282,6 +288,12 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	}
 	w.set(HeaderCommitLSN, w.lsnText)
 	w.set(HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
+	// The event's own headers (decode.ParseHeaders keeps them out of the
+	// Nats- and Outbox- namespaces, so they never replace one above).
+	for _, h := range ev.Headers {
+		encoded = w.setEncoded(h.Name, h.Value, encoded)
+		w.own = append(w.own, h.Name)
+	}
 	if len(encoded) > 0 {
 		w.set(HeaderPercentEncoded, strings.Join(encoded, ","))
 	}

@@ -47,7 +47,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, 
 	if err := checkStreamName(spec.Name); err != nil {
 		return jetstream.StreamConfig{}, err
 	}
-	filter := spec.Template.Filter()
 	stream, err := js.Stream(ctx, spec.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -56,26 +55,68 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, 
 		return jetstream.StreamConfig{}, fmt.Errorf("look up stream %q: %w", spec.Name, err)
 	}
 	cfg := stream.CachedInfo().Config
-	if !coveredBy(cfg.Subjects, filter) {
-		return cfg, fmt.Errorf("%w: stream %q has subjects %v, which do not cover %q rendered from the subject template %q: add the subject to the stream (nats stream edit %s --subjects ...) or change the template",
-			ErrStreamConfig, spec.Name, cfg.Subjects, filter, spec.Template, spec.Name)
-	}
-	if !coveredBy(cfg.Subjects, spec.DeadLetterSubject) {
-		other, err := js.StreamNameBySubject(ctx, spec.DeadLetterSubject)
-		if err != nil || other == "" {
-			return cfg, fmt.Errorf("%w: no stream covers the dead-letter subject %q (stream %q has %v): add it to a stream or choose another dead-letter subject",
-				ErrStreamConfig, spec.DeadLetterSubject, spec.Name, cfg.Subjects)
+	for _, p := range CheckStream(ctx, js, cfg, spec) {
+		if p.Fatal {
+			return cfg, fmt.Errorf("%w: %s: %s", ErrStreamConfig, p.What, p.Fix)
 		}
-	}
-	if cfg.Storage == jetstream.MemoryStorage {
-		log.Warn().Str("stream", spec.Name).Msg("stream uses memory storage: its events are lost when NATS restarts; use file storage")
-	}
-	if cfg.Discard == jetstream.DiscardOld && (cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0) {
-		log.Warn().Str("stream", spec.Name).Msg("stream discards old messages at its limits: consumers that fall behind lose events; discard=new makes the relay wait instead")
+		log.Warn().Str("stream", spec.Name).Msg(p.What + ": " + p.Fix)
 	}
 	log.Info().Str("stream", spec.Name).Strs("subjects", cfg.Subjects).Dur("duplicate_window", cfg.Duplicates).
 		Msg("using existing stream as it is")
 	return cfg, nil
+}
+
+// StreamProblem is something wrong with an existing stream, with its fix.
+// A Fatal one keeps the relay from using the stream.
+type StreamProblem struct {
+	// Kind is what is wrong: "subjects", "dead_letter_subject", "storage"
+	// or "discard".
+	Kind      string
+	What, Fix string
+	Fatal     bool
+}
+
+// CheckStream returns what is wrong with the existing stream whose
+// configuration is cfg for spec: subjects that do not cover the template
+// or the dead-letter subject (fatal), memory storage and discarding old
+// messages at its limits (warnings). It only reads.
+func CheckStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, spec StreamSpec) []StreamProblem {
+	var out []StreamProblem
+	filter := spec.Template.Filter()
+	if !coveredBy(cfg.Subjects, filter) {
+		out = append(out, StreamProblem{Kind: "subjects", Fatal: true,
+			What: fmt.Sprintf("stream %q has subjects %v, which do not cover %q rendered from the subject template %q", spec.Name, cfg.Subjects, filter, spec.Template),
+			Fix:  fmt.Sprintf("add the subject to the stream (nats stream edit %s --subjects %s) or change the template", spec.Name, quoteArg(strings.Join(append(cfg.Subjects[:len(cfg.Subjects):len(cfg.Subjects)], filter), ",")))})
+	}
+	if !coveredBy(cfg.Subjects, spec.DeadLetterSubject) {
+		other, err := js.StreamNameBySubject(ctx, spec.DeadLetterSubject)
+		if err != nil || other == "" {
+			out = append(out, StreamProblem{Kind: "dead_letter_subject", Fatal: true,
+				What: fmt.Sprintf("no stream covers the dead-letter subject %q (stream %q has %v)", spec.DeadLetterSubject, spec.Name, cfg.Subjects),
+				Fix:  fmt.Sprintf("add it to a stream (nats stream edit %s --subjects %s) or choose another dead-letter subject", spec.Name, quoteArg(strings.Join(append(cfg.Subjects[:len(cfg.Subjects):len(cfg.Subjects)], spec.DeadLetterSubject), ",")))})
+		}
+	}
+	if cfg.Storage == jetstream.MemoryStorage {
+		out = append(out, StreamProblem{Kind: "storage",
+			What: fmt.Sprintf("stream %q uses memory storage: its events are lost when NATS restarts", spec.Name),
+			Fix: fmt.Sprintf("storage cannot be changed in place: remove the stream (nats stream rm %s, after its consumers are done with it) and let `outbox-relay run` create it with file storage, or create one yourself with --storage file and point --stream at it",
+				spec.Name)})
+	}
+	if cfg.Discard == jetstream.DiscardOld && (cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0) {
+		out = append(out, StreamProblem{Kind: "discard",
+			What: fmt.Sprintf("stream %q discards old messages at its limits: consumers that fall behind lose events", spec.Name),
+			Fix:  fmt.Sprintf("nats stream edit %s --discard new (the relay then waits at the limits instead)", spec.Name)})
+	}
+	return out
+}
+
+// quoteArg quotes a shell argument when it holds characters a shell would
+// expand (the '*' and '>' of subject wildcards).
+func quoteArg(s string) string {
+	if strings.ContainsAny(s, "*> ") {
+		return "'" + s + "'"
+	}
+	return s
 }
 
 func createStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, log zerolog.Logger) (jetstream.StreamConfig, error) {

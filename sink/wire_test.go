@@ -181,3 +181,29 @@ func TestParseStoredSource(t *testing.T) {
 		t.Error("two unknown creation points taken for the same slot")
 	}
 }
+
+// TestWireOwnHeaders: an event's own headers travel with it, percent-encoded
+// when a header could not carry them exactly, and leave nothing on the next
+// message; they count toward the message's size.
+func TestWireOwnHeaders(t *testing.T) {
+	w := newWireMsg()
+	ev := &decode.Event{ID: "id-1", AggregateType: "order", AggregateID: "1", EventType: "created", Payload: []byte(`{}`),
+		Headers: []decode.Header{{Name: "traceparent", Value: "00-abc-01"}, {Name: "X-Note", Value: " padded"}}}
+	w.fillEvent(ev, "outbox.order.created", "r")
+	before := headerSize(w.msg.Header)
+	h := w.msg.Header
+	if h.Get("traceparent") != "00-abc-01" || h.Get("X-Note") != "%20padded" || h.Get(HeaderPercentEncoded) != "X-Note" {
+		t.Errorf("headers %v", h)
+	}
+	w.fillEvent(&decode.Event{ID: "id-2", AggregateType: "order", AggregateID: "1", EventType: "created", Payload: []byte(`{}`)}, "s", "r")
+	if h := w.msg.Header; h.Get("traceparent") != "" || h.Get("X-Note") != "" || h.Get(HeaderPercentEncoded) != "" {
+		t.Errorf("the next message kept the event's own headers: %v", h)
+	}
+	if after := headerSize(w.msg.Header); after >= before {
+		t.Errorf("header size %d with the event's headers, %d without", before, after)
+	}
+	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "refused", 1<<20)
+	if w.msg.Header.Get("traceparent") != "00-abc-01" {
+		t.Errorf("dead letter lost the event's headers: %v", w.msg.Header)
+	}
+}

@@ -20,6 +20,7 @@ type benchCmd struct {
 	Window   int           `name:"window" default:"${window}" help:"The relay's --window."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
+	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as an HTML page to this file."`
 }
 
 // Run runs the benchmark; the relays it measures (and its nats-server) are
@@ -31,7 +32,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile,
+		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

@@ -163,8 +163,9 @@ func TestDevCommand(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	samples := filepath.Join(t.TempDir(), "latency.csv")
+	charts := filepath.Join(t.TempDir(), "report.html")
 	out, err := runCLI(t, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
-		"--baseline", "300", "--latency-file", samples)
+		"--baseline", "300", "--latency-file", samples, "--report", charts)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
@@ -185,6 +186,15 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if lines := strings.Count(string(raw), "\n"); lines != 601 {
 		t.Errorf("latency file has %d lines, want a header and 600 events", lines)
+	}
+	page, err := os.ReadFile(charts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Drains", "R1 relay drain, 10-row transactions", "Latency, commit to stored", "300/s"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("--report page lacks %q", want)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -130,6 +131,7 @@ func defaults() kong.Vars {
 		"ack_timeout":         shortDuration(sink.DefaultAckTimeout),
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
+		"max_outage":          shortDuration(doctor.DefaultMaxOutage),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // stopRelay stops a relay cleanly (SIGTERM, exit 0).
@@ -279,4 +280,24 @@ func TestVerifyCommand(t *testing.T) {
 	}
 	// The republished event lands after later ones: outside commit order.
 	env.CheckWith(relaytest.Expect{Republished: []string{ids[1]}})
+	stored := storedByID(t, env)
+	requireSameSource(t, stored[ids[0]], stored[ids[1]])
+}
+
+// requireSameSource fails the test unless got (published by a tool) names
+// the same source as want (published by the relay): the Postgres system,
+// timeline, slot and slot creation point.
+func requireSameSource(t *testing.T, want, got *rawMsg) {
+	t.Helper()
+	if want == nil || got == nil {
+		t.Fatalf("messages to compare: %v, %v", want, got)
+	}
+	if want.Header.Get(sink.HeaderSourceSystem) == "" {
+		t.Fatalf("the relay's message has no source: %v", want.Header)
+	}
+	for _, h := range []string{sink.HeaderSourceSystem, sink.HeaderSourceTimeline, sink.HeaderSourceSlot, sink.HeaderSourceOrigin} {
+		if got.Header.Get(h) != want.Header.Get(h) {
+			t.Errorf("%s: %q, the relay's messages have %q", h, got.Header.Get(h), want.Header.Get(h))
+		}
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -30,6 +29,7 @@ type cli struct {
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
+	Doctor  doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay; prints each problem with its fix, exits 1 on any error."`
 	Cleanup cleanupCmd `cmd:"" help:"Delete, in batches, rows older than --retention whose events the slot has confirmed; mark processed_at; drop old partitions."`
 }
 
@@ -50,6 +50,14 @@ func main() {
 		defaults(),
 		cleanupDefaults(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		// Flag errors exit 2, the usual code for a usage error (kong's own
+		// is 80), as doctor and status document.
+		kong.Exit(func(code int) {
+			if code == 80 {
+				code = exitUsage
+			}
+			os.Exit(code)
+		}),
 	)
 	log := c.Log.logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,37 +66,64 @@ func main() {
 	err := k.Run(log)
 	if err != nil {
 		report(log, err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// Exit codes of the operator commands (doctor, status): 0 all is well,
+// 1 a problem found, 2 a usage error or a server that cannot be reached.
+const (
+	exitProblem = 1
+	exitUsage   = 2
+)
+
+// exitError carries a command's exit code; its message, when empty, was
+// already printed (the command's report says it all).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// withExit gives err the exit code code; a nil err means the command
+// already said why.
+func withExit(code int, err error) error { return &exitError{code: code, err: err} }
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
 }
 
 // repairAdvice is the way back from a gap, said once for every library
 // error that wraps replication.ErrGap.
 const repairAdvice = "start the relay once with --recreate-slot: it creates a new slot and, from its snapshot, publishes every committed row the stream lacks (checked by id; narrow it with --repair-since), then streams"
 
-// report prints a fatal error with what to do about it.
+// report prints a fatal error once, with what to do about it. The log line
+// is the only one: a FatalError's message already holds its hint.
 func report(log zerolog.Logger, err error) {
+	var ee *exitError
+	if err == errProblems || (errors.As(err, &ee) && ee.err == nil) {
+		return // the command printed its report
+	}
 	var fe *replication.FatalError
-	fix := ""
-	if errors.As(err, &fe) {
-		fix = fe.Hint
-	}
-	if errors.Is(err, replication.ErrGap) {
-		if fix == "" {
-			fix = repairAdvice
-		} else {
-			fix = strings.TrimSuffix(fix, ".") + "; then " + repairAdvice
-		}
-	}
+	fatal := errors.As(err, &fe)
 	switch {
-	case err == errProblems: // verify printed its report; a wrapped one has more to say
-		return
-	case fix != "":
-		log.Error().Err(err).Str("fix", fix).Msg("cannot continue")
-		fmt.Fprintln(os.Stderr, "outbox-relay:", err.Error()+": "+fix)
-		return
+	case errors.Is(err, replication.ErrGap):
+		log.Error().Err(err).Str("fix", repairAdvice).Msg("cannot continue")
+	case fatal:
+		log.Error().Err(err).Msg("cannot continue")
 	default:
 		log.Error().Err(err).Msg("stopped")
 	}
-	fmt.Fprintln(os.Stderr, "outbox-relay:", err)
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -16,6 +19,8 @@ import (
 // nothing is published behind the relay's back after a reconnect; pings
 // frequent enough to notice a dead connection in seconds.
 func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, error) {
+	where := relay.RedactNATS(f.NATSURL)
+	logs := retry.NewLogLimiter() // used by nats.go's callback goroutine only
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -36,6 +41,15 @@ func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, erro
 				log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
 			}
 		}),
+		// Every failed attempt, with its cause (refused, DNS, TLS, auth),
+		// rate-limited. "No servers available" names no cause: the
+		// attempt after it does.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil || errors.Is(err, nats.ErrNoServers) || !logs.Allow() {
+				return
+			}
+			log.Warn().Err(err).Str("nats_url", where).Str("cause", relay.NATSCause(err)).Msg("cannot connect to NATS; retrying")
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info().Str("server", relay.RedactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
@@ -43,7 +57,17 @@ func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, erro
 	opts = append(opts, natsAuth(f)...)
 	nc, err := nats.Connect(f.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", relay.RedactNATS(f.NATSURL), err)
+		return nil, relay.ExplainNATSConnect(context.Background(), err, f.NATSURL)
+	}
+	return nc, nil
+}
+
+// connectOnce connects for a command that runs once (status, doctor): one
+// attempt, and a failure says why.
+func connectOnce(ctx context.Context, f natsFlags, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(f.NATSURL, append(natsAuth(f), nats.Name(name), nats.Timeout(5*time.Second))...)
+	if err != nil {
+		return nil, relay.ExplainNATSConnect(ctx, err, f.NATSURL)
 	}
 	return nc, nil
 }

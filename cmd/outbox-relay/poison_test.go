@@ -110,6 +110,7 @@ func TestPoisonEvents(t *testing.T) {
 	if m.Header.Get(sink.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
 		t.Errorf("retried event: %q %q", m.Header.Get(sink.HeaderMsgID), m.Data)
 	}
+	requireSameSource(t, storedByID(t, env)[refused], m)
 	if out, _ := runCLI(t, "dlq", "list", "--pg-url", env.PGURL); strings.Contains(out, tooBig) {
 		t.Errorf("retried event still listed:\n%s", out)
 	}

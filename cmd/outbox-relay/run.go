@@ -30,7 +30,7 @@ type relayFlags struct {
 	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"${window}" help:"Most events awaiting a PubAck at once."`
 	WindowBytes    int           `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"${window_bytes}" help:"Most payload bytes awaiting PubAcks at once."`
 	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"How long a PubAck may take before the event is republished."`
-	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; keep it under wal_sender_timeout/2."`
+	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; capped at half the server's wal_sender_timeout."`
 	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"${drain_timeout}" help:"How long shutdown waits for in-flight publishes."`
 	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
 	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`

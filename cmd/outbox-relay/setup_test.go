@@ -38,7 +38,7 @@ func TestWrongSetupFailsWithTheFix(t *testing.T) {
 			env.Exec(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'norepl') THEN CREATE ROLE norepl LOGIN; END IF; END $$`)
 			env.Exec(`GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl`)
 			return []string{"--pg-url", strings.Replace(env.PGURL, "postgres://postgres@", "postgres://norepl@", 1)}
-		}, []string{`role \"norepl\" lacks the REPLICATION attribute`, `ALTER ROLE "norepl" REPLICATION`}},
+		}, []string{`role \"norepl\" lacks the REPLICATION attribute`, `ALTER ROLE \"norepl\" REPLICATION`}}, // the JSON log line: the error is printed once
 		{"stream subjects do not cover the template", func(t *testing.T, env *relaytest.Env) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,7 @@ type tools struct {
 	stream jetstream.Stream
 	store  *checkpoint.Store
 	table  decode.Table
+	pgURL  string // what republished messages name as their source
 }
 
 func openPoolOnly(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
@@ -30,6 +32,27 @@ func openPoolOnly(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	return pgxpool.NewWithConfig(ctx, poolCfg)
+}
+
+// pingPool opens a pool and makes sure Postgres answers, for a command
+// that runs once.
+func pingPool(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
+	poolCfg, _, err := replication.ParseConnString(pgURL)
+	if err != nil {
+		return nil, err
+	}
+	where := replication.Describe(&poolCfg.ConnConfig.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	return pool, nil
 }
 
 func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools, error) {
@@ -41,10 +64,10 @@ func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools
 	if err != nil {
 		return nil, err
 	}
-	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot)}
+	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot), pgURL: pgURL}
 	if t.nc, err = nats.Connect(nf.NATSURL, natsAuth(nf)...); err != nil {
 		t.close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", relay.RedactNATS(nf.NATSURL), err)
+		return nil, relay.ExplainNATSConnect(ctx, err, nf.NATSURL)
 	}
 	js, err := jetstream.New(t.nc)
 	if err != nil {
@@ -84,7 +107,9 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerol
 	if err != nil {
 		return nil, 0, err
 	}
-	o, err := relay.NewOneShot(ctx, t.nc, t.stream, n.relayConfig(), t.store, log)
+	cfg := n.relayConfig()
+	cfg.PGURL = t.pgURL
+	o, err := relay.NewOneShot(ctx, t.nc, t.stream, cfg, t.store, log)
 	if err != nil {
 		return nil, 0, err
 	}

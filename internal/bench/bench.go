@@ -65,6 +65,9 @@ type Options struct {
 	Window int
 	// LatencyFile, when set, receives every latency run's events as CSV.
 	LatencyFile string
+	// HTMLReport, when set, receives the run's charts as an HTML page:
+	// drain curves, throughput against the limits, latency histograms.
+	HTMLReport string
 
 	// Self is the outbox-relay executable: the relay runs and the
 	// nats-server process are started from it.
@@ -122,11 +125,32 @@ func Run(ctx context.Context, opts Options) error {
 	steps := []func(context.Context) error{b.limitsAndDrains, b.coldStarts, b.latencies, b.resources, b.baseline}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
-			b.report.print(opts.Out, b.checked, b.coldChecked)
+			b.finish()
 			return err
 		}
 	}
-	b.report.print(opts.Out, b.checked, b.coldChecked)
+	return b.finish()
+}
+
+// finish prints the report of what was measured, and writes its charts
+// when asked.
+func (b *bench) finish() error {
+	b.report.print(b.cfg.Out, b.checked, b.coldChecked)
+	if b.cfg.HTMLReport == "" {
+		return nil
+	}
+	f, err := os.Create(b.cfg.HTMLReport)
+	if err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	if err := b.report.writeHTML(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	b.progress("wrote the charts to %s", b.cfg.HTMLReport)
 	return nil
 }
 

@@ -152,12 +152,14 @@ func (b *bench) coldDrain(ctx context.Context, sc scenario, end pglogrepl.LSN, r
 	walsnd := 0
 	var confirmed time.Time
 	var stored uint64
+	progress := newCurve(started)
 	for {
 		if walsnd == 0 {
 			walsnd = slotPID(ctx, b.pool, sc.slot)
 		}
 		if i, err := stream.Info(dctx); err == nil {
 			stored = i.State.LastSeq - before
+			progress.add(stored)
 		}
 		if confirmed.IsZero() {
 			if slot, err := replication.LookupSlot(dctx, b.pool, sc.slot); err == nil && slot.ConfirmedFlush >= end {
@@ -186,6 +188,7 @@ func (b *bench) coldDrain(ctx context.Context, sc scenario, end pglogrepl.LSN, r
 		r.drain.walsndCPU, r.drain.walsndKnown = st.cpu, true
 	}
 	r.drain.events = r.events
+	r.drain.curve = progress.done(stored)
 	first, err := storedAt(ctx, stream, before+1)
 	if err != nil {
 		return err

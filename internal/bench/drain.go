@@ -24,6 +24,8 @@ type drainResult struct {
 	natsKnown   bool
 	walsndCPU   time.Duration
 	walsndKnown bool
+	// curve is the events stored over time since the relay's start.
+	curve []curvePoint
 }
 
 // drain starts the relay on a backlog of n events ending at end, waits
@@ -51,14 +53,18 @@ func (b *bench) drain(ctx context.Context, sc scenario, n int, end pglogrepl.LSN
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	walsnd := 0
+	progress := newCurve(started)
+	var stored uint64
 	err = waitDrained(dctx, b.pool, sc.slot, end, func() uint64 {
 		if walsnd == 0 {
 			walsnd = slotPID(ctx, b.pool, sc.slot)
 		}
-		return count() - before
+		stored = count() - before
+		progress.add(stored)
+		return stored
 	}, n)
 	took := time.Since(started)
-	r := drainResult{events: n, took: took}
+	r := drainResult{events: n, took: took, curve: progress.done(stored)}
 	if st, ok := readProc(relay.pid()); ok {
 		r.relayCPU, r.relayRSS = st.cpu, st.peakRSS
 	}

@@ -26,6 +26,7 @@ type latencyResult struct {
 	cpu            cpuShare      // where the machine's time went meanwhile
 	behind         time.Duration // from the last commit until everything was stored
 	lagGrew        bool
+	latencies      []time.Duration // every event's, for the HTML report's histogram
 }
 
 // latency commits one-row transactions at rate for d while the relay runs,
@@ -71,6 +72,10 @@ func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.D
 		return latencyResult{}, err
 	}
 	r := summarize(samples)
+	r.latencies = make([]time.Duration, len(samples))
+	for i, s := range samples {
+		r.latencies[i] = s.latency()
+	}
 	r.rate, r.achieved, r.writers, r.lagGrew, r.cpu = rate, float64(r.events)/took.Seconds(), writersFor(rate), lagGrew, cpu
 	return r, b.check(ctx, sc, stream)
 }

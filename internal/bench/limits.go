@@ -119,7 +119,9 @@ func jetStreamLimit(ctx context.Context, natsURL string, n, payloadSize int) (ti
 	}
 	started := time.Now()
 	for _, m := range msgs {
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		// A loaded machine can keep the window full for longer than the
+		// client's default stall wait (200 ms): wait, as the relay does.
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
 	}

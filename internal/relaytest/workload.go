@@ -286,11 +286,6 @@ type Expect struct {
 	// Republished are ids published again by hand after the stream lost
 	// them (verify --republish, dlq retry): they land after later events.
 	Republished []string
-	// KnownDuplicateAcks, when set, names an open relay bug that makes
-	// JetStream drop resends within its window: a non-zero
-	// duplicate_acks_total is then logged with it instead of failing the
-	// case. Duplicates actually stored still fail the check.
-	KnownDuplicateAcks string
 }
 
 // Result is the outcome of CheckWith.
@@ -324,6 +319,17 @@ func (r Result) OutOfOrder() int {
 	return max(len(r.Inversions), len(r.OrderViolations), len(r.SeqInversions))
 }
 
+// checkBudget is the time CheckWith may take: two minutes, and one more
+// per 100,000 rows, as it reads the whole stream twice (a long nemesis run
+// leaves over half a million messages).
+func (e *Env) checkBudget() time.Duration {
+	var rows int64
+	if err := e.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+e.Table.Quoted()).Scan(&rows); err != nil {
+		e.T.Fatalf("count the outbox rows: %v", err)
+	}
+	return 2*time.Minute + time.Duration(rows/100_000)*time.Minute
+}
+
 // CheckWith compares the table with the stream, and fails the test on any
 // missing, extra (rolled back), duplicated or unreadable message, and on
 // any event stored out of commit order: per aggregate (verify's check,
@@ -336,7 +342,7 @@ func (r Result) OutOfOrder() int {
 // duplicates.
 func (e *Env) CheckWith(x Expect) Result {
 	e.T.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), e.checkBudget())
 	defer cancel()
 	stream := e.StreamHandle(10 * time.Second)
 	subjects := []string{e.subjectFilter(), e.DeadSubj}

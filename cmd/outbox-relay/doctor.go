@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+type doctorCmd struct {
+	pgFlags        `embed:""`
+	natsFlags      `embed:""`
+	nameFlags      `embed:""`
+	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
+	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`
+	FailOnWarn     bool          `name:"fail-on-warn" help:"Exit 1 on warnings too."`
+	JSON           bool          `name:"json" help:"Print JSON instead of text."`
+}
+
+// Run checks Postgres and NATS and prints every finding. Exit codes: 0 no
+// error (warnings allowed unless --fail-on-warn), 1 an error found, 2 a
+// usage error or a server that cannot be reached.
+func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
+	n, err := c.nameFlags.parse()
+	if err != nil {
+		return withExit(exitUsage, err)
+	}
+	var rep doctor.Report
+	unreachable := false
+	var payload doctor.PGSummary
+	if pool, err := pingPool(ctx, c.PGURL); err != nil {
+		unreachable = true
+		rep.Add(doctor.Finding{Check: "postgres.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --pg-url (host, port, user, password, database) and that Postgres accepts this client (pg_hba.conf)"})
+	} else {
+		fs, sum, err := doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
+		pool.Close()
+		if err != nil {
+			fs = []doctor.Finding{{Check: "postgres.read", Severity: doctor.Error, Message: err.Error()}}
+		}
+		rep.Add(fs...)
+		payload = sum
+	}
+	if nc, err := connectOnce(ctx, c.natsFlags, "outbox-relay doctor"); err != nil {
+		unreachable = true
+		rep.Add(doctor.Finding{Check: "nats.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --nats-url and the credential and TLS flags (--nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key)"})
+	} else {
+		spec := sink.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
+		fs, err := doctor.CheckNATS(ctx, nc, doctor.NATSOptions{Stream: spec, MaxOutage: c.MaxOutage, Payload: payload})
+		nc.Close()
+		if err != nil {
+			fs = []doctor.Finding{{Check: "nats.read", Severity: doctor.Error, Message: err.Error()}}
+		}
+		rep.Add(fs...)
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.Print(os.Stdout)
+	}
+	switch {
+	case unreachable:
+		return withExit(exitUsage, nil)
+	case rep.Failed(c.FailOnWarn):
+		return withExit(exitProblem, nil)
+	}
+	return nil
+}
