@@ -53,6 +53,7 @@ func (n Names) values() map[string]string {
 		"Schema":                quote(n.Table.Schema),
 		"SchemaLiteral":         literal(n.Table.Schema),
 		"TableLiteral":          literal(n.Table.Name),
+		"QualifiedLiteral":      literal(n.Table.Quoted()),
 		"UnprocessedIndex":      quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_unprocessed"),
 		"DeadLetterView":        quote(n.Table.Schema, n.DeadLetterView()),
 		"Publication":           quote(n.Publication),

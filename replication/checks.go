@@ -122,8 +122,10 @@ func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 // checkPublication returns the publication's problems; an error means it
 // could not be read.
 func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]Problem, error) {
-	var insert, allTables bool
-	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1`, publication).Scan(&insert, &allTables)
+	var insert, allTables, viaRoot, partitioned bool
+	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables, pubviaroot,
+			coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($2)), false)
+		FROM pg_publication WHERE pubname = $1`, publication, table.Quoted()).Scan(&insert, &allTables, &viaRoot, &partitioned)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return []Problem{{ProblemPublication, fmt.Sprintf("publication %q does not exist", publication),
 			fmt.Sprintf("run `outbox-relay migrate`, or CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", publication, table.Quoted())}}, nil
@@ -135,6 +137,12 @@ func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 	if !insert {
 		out = append(out, Problem{ProblemPublication, fmt.Sprintf("publication %q does not publish inserts", publication),
 			fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", publication)})
+	}
+	if partitioned && !viaRoot {
+		// pgoutput would name each partition, never the table the relay
+		// decodes: every insert would be skipped.
+		return append(out, Problem{ProblemPublication, fmt.Sprintf("table %s is partitioned and publication %q sends its inserts as the partitions'", table, publication),
+			fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true) before the relay's first start", publication)}), nil
 	}
 	var member bool
 	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
