@@ -33,6 +33,7 @@ type Writer struct {
 	table      decode.Table
 	maxMessage int
 	insertSQL  string
+	prefix     string // of the messages Emit writes
 }
 
 // Option configures a Writer.
@@ -71,7 +72,7 @@ func WithMaxPayload(bytes int) Option {
 // NewWriter returns a Writer for public.outbox_events, or the table
 // WithTable names.
 func NewWriter(opts ...Option) (*Writer, error) {
-	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload}
+	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload, prefix: decode.DefaultMessagePrefix}
 	for _, o := range opts {
 		if err := o(w); err != nil {
 			return nil, err
