@@ -52,6 +52,8 @@ type Message struct {
 	EndLSN     pglogrepl.LSN
 	CommitTime time.Time
 	Ignored    string
+	// Hint, for some ignored changes, says what to do about them.
+	Hint string
 }
 
 // Decoder decodes the messages of one replication session, in order.

@@ -61,7 +61,8 @@ func (d *Decoder) message(r *reader) (Message, error) {
 		// Written with pg_logical_emit_message(false, …): sent when written,
 		// whether the writer's transaction commits or not, so it is not an
 		// outbox event.
-		return Message{Kind: KindIgnored, Ignored: fmt.Sprintf("non-transactional message with prefix %q", d.prefix)}, nil
+		return Message{Kind: KindIgnored, Ignored: fmt.Sprintf("non-transactional message with prefix %q", d.prefix),
+			Hint: "a non-transactional logical message is not atomic with any transaction, so it is never published: write it with pg_logical_emit_message(true, ...) or outbox.Emit"}, nil
 	}
 	pos := Position{CommitLSN: d.commitLSN, Index: d.index}
 	d.index++

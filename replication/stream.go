@@ -61,6 +61,9 @@ type Config struct {
 	Slot        string
 	Publication string
 	Table       decode.Table
+	// MessagePrefix, when set, makes transactional logical messages with
+	// this prefix events too (table-less events, Postgres 14+).
+	MessagePrefix string
 	// StatusInterval is the longest time between standby status updates
 	// (DefaultStatusInterval when zero). Progress is confirmed sooner, up to
 	// five times a second.
@@ -195,11 +198,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	// Start at 0/0: the server then starts at the slot's confirmed_flush_lsn.
 	// Asking for a later LSN would silently skip the transactions before it.
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names '" + s.cfg.Publication + "'",
-		},
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: s.pluginArgs(conn),
 	})
 	if err != nil {
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)
@@ -213,7 +213,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		Stream: s,
 		conn:   conn,
 		h:      h,
-		dec:    decode.NewDecoder(s.cfg.Table),
+		dec:    s.newDecoder(),
 		sent:   info.ConfirmedFlush,
 	}
 	sess.senderTimeout = senderTimeout

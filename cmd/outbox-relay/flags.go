@@ -129,6 +129,7 @@ func defaults() kong.Vars {
 		"stream":              sink.DefaultStream,
 		"subject":             sink.DefaultSubject,
 		"dead_letter_subject": sink.DefaultDeadLetterSubject,
+		"message_prefix":      decode.DefaultMessagePrefix,
 		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
 		"window":              strconv.Itoa(sink.DefaultWindow),
 		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),
