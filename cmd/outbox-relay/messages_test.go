@@ -31,6 +31,14 @@ func TestTableLessEvents(t *testing.T) {
 	defer cancel()
 	relay := startRelay(t, env)
 	relay.WaitLog(logStreaming, faultWait)
+	var version int
+	if err := env.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		tableLessBefore14(t, env, relay)
+		return
+	}
 
 	ev := func(typ string) outbox.Event {
 		return outbox.Event{AggregateType: "order", AggregateID: "7", EventType: typ, Payload: map[string]any{"t": typ}}
@@ -235,4 +243,37 @@ func streamInOrder(t *testing.T, env *relaytest.Env) []*jetstream.RawStreamMsg {
 		out = append(out, m)
 	}
 	return out
+}
+
+// tableLessBefore14 is TestTableLessEvents on a server whose pgoutput has
+// no messages option (Postgres 13): the relay starts without it, says that
+// table-less events are not relayed, and relays rows as before.
+func tableLessBefore14(t *testing.T, env *relaytest.Env, relay *relaytest.Relay) {
+	t.Helper()
+	if !strings.Contains(relay.Logs(), "table-less events (pg_logical_emit_message, outbox.Emit) need Postgres 14 or later") {
+		t.Error("the relay did not say that table-less events need Postgres 14")
+	}
+	ctx := context.Background()
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	ev := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.created", Payload: map[string]any{}}
+	row, err := outbox.Write(ctx, tx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Emit(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, env, 1, time.Minute)
+	env.WaitSlotCaughtUp(time.Minute)
+	if msgs := streamInOrder(t, env); len(msgs) != 1 || msgs[0].Header.Get(sink.HeaderMsgID) != row[0] {
+		t.Errorf("the stream holds %d messages, want the row's event only", len(msgs))
+	}
+	relay.Drain(30 * time.Second)
 }
