@@ -277,3 +277,53 @@ func tableLessBefore14(t *testing.T, env *relaytest.Env, relay *relaytest.Relay)
 	}
 	relay.Drain(30 * time.Second)
 }
+
+// TestTableLessEventsAfterKill: a relay killed with table-less events in
+// flight restarts and stores each of them once: the replay is matched
+// against the stream by position and id as for rows.
+func TestTableLessEventsAfterKill(t *testing.T) {
+	env := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	relay := startRelay(t, env)
+	relay.WaitLog(logStreaming, faultWait)
+	evs := make([]outbox.Event, 1500)
+	for i := range evs {
+		evs[i] = outbox.Event{AggregateType: "order", AggregateID: fmt.Sprint(i % 20), EventType: "order.line", Payload: map[string]any{"n": i}}
+	}
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	ids, err := outbox.Write(ctx, tx, evs[:10]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emittedIDs, err := outbox.Emit(ctx, tx, evs[10:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, emittedIDs...)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed with %d publishes in flight", relay.WaitInFlight(faultWait))
+	relay.Kill()
+	relay = startRelay(t, env)
+	waitStored(t, env, len(ids), time.Minute)
+	env.WaitSlotCaughtUp(time.Minute)
+	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v): events published again", relaytest.DuplicateAcksMetric, n, err)
+	}
+	msgs := streamInOrder(t, env)
+	if len(msgs) != len(ids) {
+		t.Errorf("the stream holds %d messages, want %d", len(msgs), len(ids))
+	}
+	for i := range min(len(msgs), len(ids)) {
+		if got := msgs[i].Header.Get(sink.HeaderMsgID); got != ids[i] {
+			t.Fatalf("message %d is %s, want %s", i, got, ids[i])
+		}
+	}
+	relay.Drain(30 * time.Second)
+}
