@@ -10,7 +10,9 @@
 //
 // With protocol version 1 Postgres sends a transaction only after it
 // committed, so every Event a Decoder returns belongs to a committed
-// transaction; rolled-back work never reaches it.
+// transaction; rolled-back work never reaches it. With WithMessagePrefix,
+// transactional logical messages with that prefix are events too
+// (table-less events, see message.go).
 package decode
 
 import (
