@@ -20,11 +20,11 @@ import (
 //
 // id, aggregate_type, aggregate_id and event_type are required strings,
 // payload any JSON value (the message body, byte for byte as in the
-// envelope), created_at optional. Other members are ignored, so that
-// later versions may add some. An envelope that breaks these rules still
-// becomes an Event, with Problem set and, when it cannot be read at all,
-// the raw content as its payload: the relay dead-letters it rather than
-// lose it.
+// envelope), created_at optional (absent or null: no Outbox-Created-At).
+// Other members are ignored, so that later versions may add some. An
+// envelope that breaks these rules still becomes an Event, with Problem
+// set and, when it cannot be read at all, the raw content as its payload:
+// the relay dead-letters it rather than lose it.
 
 // DefaultMessagePrefix is the prefix of table-less events unless told
 // otherwise.
@@ -94,16 +94,10 @@ func envelopeEvent(content []byte, pos Position) Event {
 		f.Payload = content
 	}
 	var created string
-	if raw, ok := members["created_at"]; ok {
-		var s string
-		t, err := time.Time{}, json.Unmarshal(raw, &s)
-		if err == nil {
-			t, err = time.Parse(time.RFC3339Nano, s)
-		}
-		if err != nil {
+	if raw, ok := members["created_at"]; ok && string(raw) != "null" {
+		var ok bool
+		if created, ok = rfc3339UTC(raw); !ok {
 			problems = append(problems, "created_at is not an RFC 3339 time")
-		} else {
-			created = t.UTC().Format(time.RFC3339Nano)
 		}
 	}
 	ev := NewEvent(f, pos)
@@ -113,4 +107,18 @@ func envelopeEvent(content []byte, pos Position) Event {
 	}
 	ev.Problem = strings.Join(problems, "; ")
 	return ev
+}
+
+// rfc3339UTC reads a JSON string holding an RFC 3339 time and returns it
+// in UTC, the form of Outbox-Created-At.
+func rfc3339UTC(raw json.RawMessage) (string, bool) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return "", false
+	}
+	return t.UTC().Format(time.RFC3339Nano), true
 }

@@ -76,12 +76,13 @@ func TestDecodeHostileMessages(t *testing.T) {
 		{`{"id": "a3", "aggregate_type": "o", "aggregate_id": "1", "event_type": "e"}`, "a3", `{"id": "a3", "aggregate_type": "o", "aggregate_id": "1", "event_type": "e"}`, "payload is missing"},
 		{`{"id": "a 4", "aggregate_type": "o", "aggregate_id": "1", "event_type": "e", "payload": 1}`, "a 4", `1`, "whitespace"},
 		{`{"id": "a5", "aggregate_type": "o", "aggregate_id": "1", "event_type": "e", "payload": 1, "created_at": "yesterday"}`, "a5", `1`, "created_at"},
+		{`{"id": "a6", "aggregate_type": "o", "aggregate_id": "1", "event_type": "e", "payload": 1, "created_at": null}`, "a6", `1`, ""},
 		{`{"id": null, "aggregate_type": "o", "aggregate_id": "1", "event_type": "e", "payload": 1}`, "", `1`, "id is missing"},
 	}
 	for _, c := range cases {
 		msgs := decodeAll(t, NewDecoder(outbox, WithMessagePrefix("outbox")), msgBegin(0x10, 1), msgMessage(true, 0x8, "outbox", c.content))
 		ev := msgs[1].Event
-		if msgs[1].Kind != KindEvent || ev.ID != c.id || string(ev.Payload) != c.payload || !strings.Contains(ev.Problem, c.problem) {
+		if msgs[1].Kind != KindEvent || ev.ID != c.id || string(ev.Payload) != c.payload || !strings.Contains(ev.Problem, c.problem) || c.problem == "" && ev.Problem != "" {
 			t.Errorf("%s: event %+v (payload %s), want id %q, payload %s, problem containing %q", c.content, ev, ev.Payload, c.id, c.payload, c.problem)
 		}
 	}
