@@ -60,6 +60,7 @@ func TestEmit(t *testing.T) {
 	ctx := context.Background()
 	slot := createSlot(t, env)
 	evs := events(7)
+	evs[0].Payload = map[string]any{"i": 0, "note": `back\slash`}
 	var ids []string
 	tx, err := env.Pool.Begin(ctx)
 	if err != nil {
@@ -92,6 +93,18 @@ func TestEmit(t *testing.T) {
 	}
 	if _, err := other.Emit(ctx, env.Pool, evs[0]); err != nil {
 		t.Fatal(err)
+	}
+
+	// The sqlc query writes the same envelope.
+	for _, q := range parseQueries(t, "queries.sql") {
+		if q.name == "EmitOutboxEvent" {
+			var id string
+			if err := env.Pool.QueryRow(ctx, q.sql, evs[0].AggregateType, evs[0].AggregateID, evs[0].EventType, `{"i": 0, "note": "back\\slash"}`).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, evs[0])
+			ids = append(ids, id)
+		}
 	}
 
 	decoded := emitted(t, env, slot, decode.DefaultMessagePrefix)

@@ -61,6 +61,7 @@ func TestQueriesFile(t *testing.T) {
 		"InsertOutboxEvent":  {"order", "42", "order.created", `{"total": 10}`},
 		"InsertOutboxEvents": {[]string{"order", "order"}, []string{"1", "2"}, []string{"order.created", "order.paid"}, []string{`{}`, `{"a": 1}`}},
 		"OutboxPendingCount": nil,
+		"EmitOutboxEvent":    {"order", "42", "order.paid", `{"total": 10}`},
 	}
 	qs := parseQueries(t, "queries.sql")
 	if len(qs) != len(args) {
