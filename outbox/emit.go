@@ -59,7 +59,7 @@ func EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
 // decoded only when tx commits; outside a transaction each statement
 // commits on its own, the dual write the outbox exists to avoid.
 func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.emitColumns(events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, er
 
 // EmitSQL is Emit for database/sql.
 func (w *Writer) EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.emitColumns(events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
@@ -109,6 +109,26 @@ func (w *Writer) EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]stri
 		return nil, w.emitErr(err)
 	}
 	return w.checkEmitted(ids, len(events))
+}
+
+// emitColumns validates events and returns emitSQL's four arrays, or nil
+// for no events.
+func (w *Writer) emitColumns(events []Event) (*[4][]string, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	var cols [4][]string
+	for i := range cols {
+		cols[i] = make([]string, len(events))
+	}
+	for i, ev := range events {
+		r, err := prepare(i, ev, w.maxMessage)
+		if err != nil {
+			return nil, err
+		}
+		cols[0][i], cols[1][i], cols[2][i], cols[3][i] = r.aggregateType, r.aggregateID, r.eventType, r.payload
+	}
+	return &cols, nil
 }
 
 // Prefix returns the prefix of the messages w emits.
