@@ -10,7 +10,9 @@
 //
 // With protocol version 1 Postgres sends a transaction only after it
 // committed, so every Event a Decoder returns belongs to a committed
-// transaction; rolled-back work never reaches it.
+// transaction; rolled-back work never reaches it. With WithMessagePrefix,
+// transactional logical messages with that prefix are events too
+// (table-less events, see message.go).
 package decode
 
 import (
@@ -25,16 +27,19 @@ type Kind uint8
 
 const (
 	// KindSkip: nothing to do (relation and type descriptions, origins,
-	// logical messages, inserts into tables other than the outbox).
+	// logical messages with another prefix, inserts into tables other than
+	// the outbox).
 	KindSkip Kind = iota
 	// KindBegin: a transaction starts; CommitLSN and CommitTime are set.
 	KindBegin
-	// KindEvent: an insert into the outbox table; Event is set.
+	// KindEvent: an insert into the outbox table, or a transactional
+	// logical message with the Decoder's prefix; Event is set.
 	KindEvent
 	// KindCommit: the transaction ends; CommitLSN and EndLSN are set.
 	KindCommit
 	// KindIgnored: a change the relay does not publish (UPDATE, DELETE or
-	// TRUNCATE of the outbox table); Ignored describes it.
+	// TRUNCATE of the outbox table, a non-transactional message with the
+	// Decoder's prefix); Ignored describes it.
 	KindIgnored
 )
 
@@ -49,6 +54,8 @@ type Message struct {
 	EndLSN     pglogrepl.LSN
 	CommitTime time.Time
 	Ignored    string
+	// Hint, for some ignored changes, says what to do about them.
+	Hint string
 }
 
 // Decoder decodes the messages of one replication session, in order.
@@ -59,13 +66,19 @@ type Decoder struct {
 	relations map[uint32]*relation
 	inTxn     bool
 	commitLSN pglogrepl.LSN
-	index     uint32
+	index     uint32   // of the next event in the transaction, inserts and messages alike
 	values    [][]byte // reused tuple buffer
+	prefix    string   // of logical messages that are events; "" for none
 }
 
-// NewDecoder returns a Decoder that reports inserts into table as events.
-func NewDecoder(table Table) *Decoder {
-	return &Decoder{table: table, relations: make(map[uint32]*relation)}
+// NewDecoder returns a Decoder that reports inserts into table as events
+// (and logical messages, WithMessagePrefix).
+func NewDecoder(table Table, opts ...Option) *Decoder {
+	d := &Decoder{table: table, relations: make(map[uint32]*relation)}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
 }
 
 // InTransaction reports whether a BEGIN was decoded without its COMMIT.
@@ -95,9 +108,11 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		m, err = d.updateOrDelete(data[0], r)
 	case 'T':
 		m, err = d.truncate(r)
-	case 'O', 'Y', 'M':
-		// Origin, type and logical-message descriptions carry nothing the
-		// relay publishes; their content is not inspected.
+	case 'M':
+		m, err = d.message(r)
+	case 'O', 'Y':
+		// Origin and type descriptions carry nothing the relay publishes;
+		// their content is not inspected.
 		return Message{Kind: KindSkip}, nil
 	default:
 		err = fmt.Errorf("unknown message type %q (only protocol version 1 without streaming is supported)", data[0])

@@ -18,11 +18,17 @@ func FuzzDecode(f *testing.F) {
 	for _, m := range seq {
 		f.Add(m)
 	}
-	for _, stream := range capturedStreams(f) {
+	for _, stream := range append(capturedStreams(f), capturedIn(f, "messages")...) {
 		f.Add(bytes.Join(stream, []byte{0xff, 0xfe}))
 	}
+	msgs := [][]byte{msgBegin(0x10, 1), msgMessage(true, 0x8, "outbox", envelope("m", "e", `{"a": 1}`)),
+		msgMessage(true, 0x9, "outbox", `{"id": 5}`), msgMessage(false, 0xa, "outbox", "x"), msgCommit(0x10, 0x20)}
+	f.Add(bytes.Join(msgs, []byte{0xff, 0xfe}))
+	for _, m := range msgs {
+		f.Add(m)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := NewDecoder(outbox)
+		d := NewDecoder(outbox, WithMessagePrefix("outbox"))
 		for _, m := range bytes.Split(data, []byte{0xff, 0xfe}) {
 			msg, err := d.Decode(m)
 			if err != nil {
@@ -38,9 +44,12 @@ func FuzzDecode(f *testing.F) {
 // capturedStreams reads testdata/captured/*.bin: each file is a sequence of
 // WALData payloads received from a real Postgres, each preceded by its
 // length as 4 big-endian bytes.
-func capturedStreams(tb testing.TB) [][][]byte {
+func capturedStreams(tb testing.TB) [][][]byte { return capturedIn(tb, "captured") }
+
+// capturedIn reads testdata/dir/*.bin (see capturedStreams).
+func capturedIn(tb testing.TB, dir string) [][][]byte {
 	tb.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "captured", "*.bin"))
+	files, err := filepath.Glob(filepath.Join("testdata", dir, "*.bin"))
 	if err != nil {
 		tb.Fatal(err)
 	}

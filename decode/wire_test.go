@@ -79,3 +79,20 @@ var seedColumns = []col{
 func seedRow(id, aggType, aggID, evType, payload string) []*string {
 	return []*string{str(id), str(aggType), str(aggID), str(evType), str(payload), str("0"), str("2026-12-02 11:36:09.123456+00"), nil}
 }
+
+// msgMessage encodes a logical decoding message (protocol version 1).
+func msgMessage(transactional bool, lsn pglogrepl.LSN, prefix, content string) []byte {
+	b := []byte{'M', 0}
+	if transactional {
+		b[1] = 1
+	}
+	b = u64(b, uint64(lsn))
+	b = cstr(b, prefix)
+	b = u32(b, uint32(len(content)))
+	return append(b, content...)
+}
+
+func envelope(id, evType, payload string) string {
+	return `{"id": "` + id + `", "aggregate_type": "order", "aggregate_id": "42", "event_type": "` + evType +
+		`", "payload": ` + payload + `, "created_at": "2026-12-03T13:01:02.5+01:00"}`
+}

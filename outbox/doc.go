@@ -56,5 +56,10 @@
 //     commits the events on their own: that is the dual write the outbox
 //     exists to avoid.
 //
+// Emit and EmitSQL write the same events without a table, as transactional
+// logical decoding messages (pg_logical_emit_message), which the relay
+// publishes like rows on Postgres 14 and later; see emit.go and
+// docs/subjects-and-messages.md for the envelope and the limits.
+//
 // The queries in queries.sql are the same statements for sqlc users.
 package outbox

@@ -72,3 +72,40 @@ func ExampleWrite() {
 	// customer.ordered {"order_id": "ord-1"}
 	// refused: outbox event 0 (order.created): payload is not JSON: unexpected end of JSON input at byte 12: invalid outbox payload
 }
+
+// Table-less events: the same events as logical messages in the caller's
+// transaction, nothing stored in a table. The relay (Postgres 14+, its
+// --message-prefix the Writer's, "outbox" by default) publishes them like
+// rows once the transaction commits; a rollback discards them.
+func ExampleEmit() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx) // a no-op after Commit
+	if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer_id, total) VALUES ($1, $2, $3)`, "ord-3", "cust-7", 80); err != nil {
+		log.Fatal(err)
+	}
+	ids, err := outbox.Emit(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "ord-3", EventType: "order.created",
+		Payload: map[string]any{"order_id": "ord-3", "total": 80}})
+	if err != nil {
+		log.Fatal(err) // nothing was sent: tx is still usable
+	}
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id::text = $1`, ids[0]).Scan(&rows); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("events emitted:", len(ids), "rows in the outbox table:", rows)
+	// Output:
+	// events emitted: 1 rows in the outbox table: 0
+}

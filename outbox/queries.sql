@@ -36,6 +36,17 @@ FROM unnest(@aggregate_types::text[], @aggregate_ids::text[], @event_types::text
 ORDER BY u.n
 RETURNING id;
 
+-- name: EmitOutboxEvent :one
+-- A table-less event: one transactional logical message with the envelope
+-- the relay decodes (--message-prefix 'outbox', Postgres 14+ for the
+-- relay), in the caller's transaction, as outbox.Emit writes it; returns
+-- its id, the message's Nats-Msg-Id. No row is written.
+WITH e AS MATERIALIZED (SELECT gen_random_uuid()::text AS id)
+SELECT e.id
+FROM e CROSS JOIN LATERAL pg_logical_emit_message(true, 'outbox', json_build_object(
+    'id', e.id, 'aggregate_type', @aggregate_type::text, 'aggregate_id', @aggregate_id::text,
+    'event_type', @event_type::text, 'payload', @payload::jsonb, 'created_at', now())::text) AS m;
+
 -- name: OutboxPendingCount :one
 -- The article's pending count. With the WAL relay rows are never marked
 -- processed, so this counts rows not yet removed, not events unpublished:

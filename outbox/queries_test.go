@@ -62,6 +62,7 @@ func TestQueriesFile(t *testing.T) {
 		"InsertOutboxEventWithHeaders": {"order", "43", "order.created", `{}`, `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`},
 		"InsertOutboxEvents":           {[]string{"order", "order"}, []string{"1", "2"}, []string{"order.created", "order.paid"}, []string{`{}`, `{"a": 1}`}},
 		"OutboxPendingCount":           nil,
+		"EmitOutboxEvent":              {"order", "42", "order.paid", `{"total": 10}`},
 	}
 	qs := parseQueries(t, "queries.sql")
 	if len(qs) != len(args) {

@@ -38,6 +38,7 @@ type Writer struct {
 	// insertHeadersSQL also fills the headers column: used only when an
 	// event of the call has headers, so tables without it keep working.
 	insertHeadersSQL string
+	prefix           string // of the messages Emit writes
 }
 
 // Option configures a Writer.
@@ -76,7 +77,7 @@ func WithMaxPayload(bytes int) Option {
 // NewWriter returns a Writer for public.outbox_events, or the table
 // WithTable names.
 func NewWriter(opts ...Option) (*Writer, error) {
-	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload}
+	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload, prefix: decode.DefaultMessagePrefix}
 	for _, o := range opts {
 		if err := o(w); err != nil {
 			return nil, err

@@ -28,6 +28,9 @@ type Config struct {
 	DeadLetterSubject string
 	// DuplicateWindow is the dedup window of a stream the relay creates.
 	DuplicateWindow time.Duration
+	// MessagePrefix, when set, relays table-less events too: transactional
+	// logical messages with this prefix (Postgres 14+; see decode).
+	MessagePrefix string
 
 	Window         int           // most events awaiting a PubAck
 	WindowBytes    int           // most payload bytes awaiting PubAcks

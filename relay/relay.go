@@ -113,6 +113,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		Slot:           cfg.Slot,
 		Publication:    cfg.Publication,
 		Table:          cfg.Table,
+		MessagePrefix:  cfg.MessagePrefix,
 		StatusInterval: cfg.StatusInterval,
 		DrainTimeout:   cfg.DrainTimeout,
 		BeforeSession:  st.beforeSession(pipe),

@@ -212,8 +212,11 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 				s.ignored = map[string]bool{}
 			}
 			s.ignored[m.Ignored] = true
-			s.log.Warn().Str("change", m.Ignored).Str("lsn", xld.WALStart.String()).
-				Msg("the relay publishes inserts only; ignoring this kind of change (create the publication WITH (publish = 'insert') to stop receiving it)")
+			msg := "the relay publishes inserts only; ignoring this kind of change (create the publication WITH (publish = 'insert') to stop receiving it)"
+			if m.Hint != "" {
+				msg = m.Hint
+			}
+			s.log.Warn().Str("change", m.Ignored).Str("lsn", xld.WALStart.String()).Msg(msg)
 		}
 	}
 	return nil

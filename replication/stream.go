@@ -61,6 +61,9 @@ type Config struct {
 	Slot        string
 	Publication string
 	Table       decode.Table
+	// MessagePrefix, when set, makes transactional logical messages with
+	// this prefix events too (table-less events, Postgres 14+).
+	MessagePrefix string
 	// StatusInterval is the longest time between standby status updates
 	// (DefaultStatusInterval when zero), capped at half the server's
 	// wal_sender_timeout. Progress is confirmed sooner, up to five times a
@@ -250,7 +253,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		Stream: s,
 		conn:   conn,
 		h:      h,
-		dec:    decode.NewDecoder(s.cfg.Table),
+		dec:    s.newDecoder(),
 		sent:   info.ConfirmedFlush,
 	}
 	sess.senderTimeout, sess.statusEvery = senderTimeout, every
@@ -263,11 +266,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 // silently skip the transactions before it.
 func (s *Stream) startReplication(ctx context.Context, conn *pgconn.PgConn) error {
 	err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names '" + s.cfg.Publication + "'",
-		},
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: s.pluginArgs(conn),
 	})
 	if err != nil {
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)

@@ -32,14 +32,22 @@ const (
 //
 // A template is a dot-separated list of tokens. Literal tokens are fixed;
 // a placeholder token ({aggregate_type}, {aggregate_id} or {event_type})
-// becomes exactly one token rendered from the row's value by EscapeToken.
-// The first token must be literal, so every subject lives under a fixed
-// prefix whatever the rows contain.
+// is rendered from the row's value: as exactly one token by EscapeToken
+// (DotsEscape, the default), or as one to MaxDottedTokens tokens by
+// DottedTokens (DotsTokens). The first token must be literal, so every
+// subject lives under a fixed prefix whatever the rows contain.
 type Template struct {
 	source          string
 	tokens          []templateToken
 	usesAggregateID bool
+	dots            Dots
 }
+
+// TemplateOption changes how a Template renders.
+type TemplateOption func(*Template)
+
+// WithDots sets how a placeholder renders a value that contains dots.
+func WithDots(d Dots) TemplateOption { return func(t *Template) { t.dots = d } }
 
 type templateToken struct {
 	literal string
@@ -47,7 +55,7 @@ type templateToken struct {
 }
 
 // ParseTemplate parses and validates a subject template.
-func ParseTemplate(s string) (Template, error) {
+func ParseTemplate(s string, opts ...TemplateOption) (Template, error) {
 	fields := map[string]func(*decode.Event) string{
 		PlaceholderAggregateType: func(e *decode.Event) string { return e.AggregateType },
 		PlaceholderAggregateID:   func(e *decode.Event) string { return e.AggregateID },
@@ -72,6 +80,9 @@ func ParseTemplate(s string) (Template, error) {
 		}
 		t.tokens = append(t.tokens, templateToken{literal: tok})
 	}
+	for _, o := range opts {
+		o(&t)
+	}
 	return t, nil
 }
 
@@ -88,16 +99,35 @@ func checkLiteralToken(tok string) error {
 // String returns the template as written.
 func (t Template) String() string { return t.source }
 
+// Dots returns how the template renders dotted values.
+func (t Template) Dots() Dots { return t.dots }
+
 // Filter returns the subject filter matching every subject the template
-// can render: each placeholder becomes "*".
+// can render. With DotsEscape each placeholder is one token and becomes
+// "*" (outbox.*.*). With DotsTokens a placeholder spans one or more
+// tokens, so the filter keeps the literal tokens before the first
+// placeholder, then one "*" for each token after it but the last, which
+// becomes ">" (outbox.*.>): every rendered subject has at least that
+// many tokens, and literals after a placeholder no longer sit at a fixed
+// position.
 func (t Template) Filter() string {
 	parts := make([]string, len(t.tokens))
+	first := -1
 	for i, tok := range t.tokens {
 		if tok.field != nil {
 			parts[i] = "*"
+			if first < 0 {
+				first = i
+			}
 		} else {
 			parts[i] = tok.literal
 		}
+	}
+	if t.dots == DotsTokens && first >= 0 {
+		for i := first; i < len(parts)-1; i++ {
+			parts[i] = "*"
+		}
+		parts[len(parts)-1] = ">"
 	}
 	return strings.Join(parts, ".")
 }
@@ -109,9 +139,12 @@ func (t Template) Render(ev *decode.Event) string {
 		if i > 0 {
 			b.WriteByte('.')
 		}
-		if tok.field == nil {
+		switch {
+		case tok.field == nil:
 			b.WriteString(tok.literal)
-		} else {
+		case t.dots == DotsTokens:
+			writeDotted(&b, tok.field(ev))
+		default:
 			writeToken(&b, tok.field(ev))
 		}
 	}
@@ -192,7 +225,8 @@ func isPlainByte(c byte) bool {
 }
 
 // Covers reports whether the stream subject filter covers every subject
-// matching pattern (a subject whose tokens may be "*").
+// matching pattern (a subject whose tokens may be "*", and whose last
+// token may be ">": one or more tokens).
 func Covers(filter, pattern string) bool {
 	f := strings.Split(filter, ".")
 	p := strings.Split(pattern, ".")
@@ -203,7 +237,11 @@ func Covers(filter, pattern string) bool {
 		if i >= len(p) {
 			return false
 		}
-		if tok != "*" && tok != p[i] {
+		switch {
+		case p[i] == ">":
+			return false // the pattern goes on with any number of tokens; tok matches one
+		case tok == "*":
+		case tok != p[i]:
 			return false
 		}
 	}

@@ -96,6 +96,17 @@ func TestCovers(t *testing.T) {
 		{"outbox.*.*.*", "outbox.*.*", false},
 		{"outbox.>", "outbox", false},
 		{"outbox_dead_letter", "outbox_dead_letter", true},
+		// Patterns of templates whose placeholders span several tokens.
+		{"outbox.>", "outbox.*.>", true},
+		{">", "outbox.*.>", true},
+		{"outbox.*.>", "outbox.*.>", true},
+		{"outbox.*.*", "outbox.*.>", false},
+		{"outbox.*.*.>", "outbox.*.>", false},
+		{"outbox.order.>", "outbox.*.>", false},
+		{"outbox.*", "outbox.*.>", false},
+		{"outbox.*.>", "outbox.*.*", true},
+		{"outbox.*.>", "outbox.order.order.created", true},
+		{"outbox.*.*", "outbox.order.order.created", false},
 	}
 	for _, c := range cases {
 		if got := Covers(c.filter, c.pattern); got != c.want {

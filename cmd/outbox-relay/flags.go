@@ -84,7 +84,8 @@ type nameFlags struct {
 	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication that contains the outbox table."`
 	Table             string        `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
 	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"${stream}" help:"JetStream stream (created when missing)."`
-	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"${subject}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token."`
+	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"${subject}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token (up to 8 with --subject-dots tokens)."`
+	SubjectDots       string        `name:"subject-dots" env:"OUTBOX_SUBJECT_DOTS" default:"escape" enum:"escape,tokens" help:"How a placeholder renders a dotted value such as order.created: escape (one token, order%2Ecreated; the default, the subjects of earlier versions) or tokens (order.created, at most 8 tokens; the stream must then cover prefix.>). See docs/subjects-and-messages.md before switching."`
 	DeadLetterSubject string        `name:"dead-letter-subject" env:"OUTBOX_DEAD_LETTER_SUBJECT" default:"${dead_letter_subject}" help:"Subject for events that can never be published as they are."`
 	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"${duplicate_window}" help:"Dedup window of a stream the relay creates."`
 }
@@ -119,7 +120,11 @@ func (f nameFlags) parse() (names, error) {
 	if n.table, err = decode.ParseTable(f.Table); err != nil {
 		return n, fmt.Errorf("--table: %w", err)
 	}
-	if n.subject, err = sink.ParseTemplate(f.Subject); err != nil {
+	dots, err := sink.ParseDots(f.SubjectDots)
+	if err != nil {
+		return n, fmt.Errorf("--subject-dots: %w", err)
+	}
+	if n.subject, err = sink.ParseTemplate(f.Subject, sink.WithDots(dots)); err != nil {
 		return n, fmt.Errorf("--subject: %w", err)
 	}
 	if err = sink.CheckSubject(f.DeadLetterSubject); err != nil {
@@ -148,6 +153,7 @@ func defaults() kong.Vars {
 		"stream":              sink.DefaultStream,
 		"subject":             sink.DefaultSubject,
 		"dead_letter_subject": sink.DefaultDeadLetterSubject,
+		"message_prefix":      decode.DefaultMessagePrefix,
 		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
 		"window":              strconv.Itoa(sink.DefaultWindow),
 		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),

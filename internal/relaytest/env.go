@@ -105,7 +105,9 @@ type Env struct {
 	Pub             string
 	Stream          string
 	Subject         string
-	DeadSubj        string
+	// SubjectDots is --subject-dots ("" leaves the relay's default).
+	SubjectDots string
+	DeadSubj    string
 }
 
 var dbCounter atomic.Int64
@@ -261,12 +263,16 @@ func (e *Env) RelayArgs() []string {
 func (e *Env) ToolArgs() []string { return e.toolArgs(e.PGURL, e.NATSURL) }
 
 func (e *Env) toolArgs(pg, nurl string) []string {
-	return []string{
+	args := []string{
 		"--pg-url", pg, "--nats-url", nurl,
 		"--slot", e.Slot, "--publication", e.Pub, "--table", e.Table.String(),
 		"--stream", e.Stream, "--subject", e.Subject, "--dead-letter-subject", e.DeadSubj,
 		"--log-format", "json",
 	}
+	if e.SubjectDots != "" {
+		args = append(args, "--subject-dots", e.SubjectDots)
+	}
+	return args
 }
 
 // Exec runs SQL on the test database.

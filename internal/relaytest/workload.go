@@ -419,7 +419,11 @@ func (e *Env) CheckWith(x Expect) Result {
 }
 
 func (e *Env) subjectFilter() string {
-	t, err := sink.ParseTemplate(e.Subject)
+	dots, err := sink.ParseDots(e.SubjectDots)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	t, err := sink.ParseTemplate(e.Subject, sink.WithDots(dots))
 	if err != nil {
 		e.T.Fatal(err)
 	}
