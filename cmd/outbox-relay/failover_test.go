@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Failover (Postgres 17+). These tests start clusters of their own, a
+// primary and a physical standby, and run only when OUTBOX_TEST_PG_BINDIR
+// chooses Postgres 17 or later; elsewhere they are skipped with the
+// command that runs them. The CI runs them in a step of their own:
+//
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run 'TestFailover|TestStandby' ./cmd/outbox-relay
+
+// Log lines the failover tests require.
+const (
+	logTimelineChanged = "the Postgres timeline changed"
+	logMadeFailover    = "made it one (ALTER_REPLICATION_SLOT"
+)
+
+// TestFailoverOldPostgres: --failover on a server older than 17 is refused
+// at start, with what to do. It runs on the test cluster, whatever its
+// version, and checks the refusal only below 17.
+func TestFailoverOldPostgres(t *testing.T) {
+	env := newEnv(t)
+	var version int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	relay := startRelay(t, env, "--failover")
+	if version >= 170000 {
+		relay.WaitLog(logStreaming, faultWait)
+		if !slotFailover(t, env) {
+			t.Fatalf("the relay created slot %s without failover on Postgres %d", env.Slot, version)
+		}
+		relay.Drain(30 * time.Second)
+		return
+	}
+	if code := relay.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with --failover on Postgres %d exited 0; log:\n%s", version, relay.Logs())
+	}
+	if !strings.Contains(relay.Logs(), "--failover needs Postgres 17 or later") {
+		t.Errorf("the relay's refusal does not say why; log:\n%s", relay.Logs())
+	}
+	if env.SlotInfo().Exists {
+		t.Errorf("the relay refused --failover but created slot %s", env.Slot)
+	}
+}
+
+// TestFailoverPromotedStandby: the primary is SIGKILLed (postmaster and
+// every backend at once) while the relay has publishes in flight under a
+// concurrent load; the physical standby, which synced the relay's failover
+// slot, is promoted. The relay, given both hosts with
+// target_session_attrs=read-write, goes on from the promoted standby: the
+// same system identifier on a new timeline, which it stamps from then on.
+// Nothing committed is missing, nothing is stored twice (1 s dedup window),
+// JetStream acknowledged no publish as a duplicate.
+//
+// The slot is first created without --failover: the relay with --failover
+// makes the existing slot a failover slot.
+func TestFailoverPromotedStandby(t *testing.T) {
+	pair := relaytest.StartPair(t, true)
+	env := relaytest.NewEnv(t, pair)
+	first := startRelay(t, env)
+	first.WaitLog(logStreaming, faultWait)
+	first.Drain(30 * time.Second)
+	if slotFailover(t, env) {
+		t.Fatal("the slot is a failover slot before --failover was given")
+	}
+
+	relay := startRelay(t, env, "--failover", "--status-interval", "1s")
+	relay.WaitLog(logStreaming, faultWait)
+	requireLog(t, relay, logMadeFailover, 1)
+	if !slotFailover(t, env) {
+		t.Fatalf("slot %s is not a failover slot after a start with --failover", env.Slot)
+	}
+	w, stop := load(t, env)
+	w.WaitTx(t, 20, faultWait)
+	pair.WaitSlotSynced(env.Slot)
+	before := w.CommittedTx()
+	inFlight(t, env, relay, 1000)
+
+	if err := pair.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("primary killed; promoting the standby")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pair.Standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay.WaitLog(logTimelineChanged, 2*faultWait)
+	w.WaitTx(t, 20, 2*faultWait)
+	stop()
+	res := settle(t, env, relay, w, relaytest.Expect{MinTx: before + 20})
+	if len(res.Duplicates) > 0 || len(res.Missing) > 0 {
+		t.Errorf("after the failover: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
+	}
+	requireTimelines(t, env)
+}
+
+// slotFailover reads pg_replication_slots.failover of the test slot.
+func slotFailover(t *testing.T, env *relaytest.Env) bool {
+	t.Helper()
+	var on bool
+	if err := env.Pool.QueryRow(context.Background(), `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&on); err != nil && err != pgx.ErrNoRows {
+		t.Fatalf("read the slot's failover flag: %v", err)
+	}
+	return on
+}
+
+// requireTimelines checks the source stamps of the first and the last
+// message: one system, the first on timeline 1, the last (written after
+// the promotion) on a later one.
+func requireTimelines(t *testing.T, env *relaytest.Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := env.StreamHandle(10 * time.Second)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.GetMsg(ctx, info.State.FirstSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(sink.HeaderSourceSystem) }
+	tl := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(sink.HeaderSourceTimeline) }
+	t.Logf("first message: system %s timeline %s; last: system %s timeline %s", sys(first), tl(first), sys(last), tl(last))
+	if sys(first) == "" || sys(first) != sys(last) {
+		t.Errorf("the messages name systems %q and %q: want the same one across the promotion", sys(first), sys(last))
+	}
+	if tl(first) != "1" || tl(last) == "1" || tl(last) == "" {
+		t.Errorf("the messages carry timelines %q then %q: want 1, then the promoted standby's", tl(first), tl(last))
+	}
+}

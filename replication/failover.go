@@ -1,0 +1,101 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SlotOptions are the options of a slot the relay creates.
+type SlotOptions struct {
+	// Failover makes the slot a failover slot (Postgres 17+): physical
+	// standbys with sync_replication_slots = on keep a copy of it, so that
+	// the relay goes on from a promoted standby where it left off.
+	Failover bool
+}
+
+// failoverMinVersion is the first server_version_num with failover slots.
+const failoverMinVersion = 170000
+
+// createReplicationSlot runs CREATE_REPLICATION_SLOT, exporting a
+// snapshot. pglogrepl writes the command in the pre-15 syntax, which has
+// no FAILOVER option: a failover slot is created with the option list
+// syntax (Postgres 15+, and failover needs 17 anyway).
+func createReplicationSlot(ctx context.Context, conn *pgconn.PgConn, slot string, opts SlotOptions) (pglogrepl.CreateReplicationSlotResult, error) {
+	if !opts.Failover {
+		return pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	}
+	if err := CheckName("slot", slot); err != nil {
+		return pglogrepl.CreateReplicationSlotResult{}, err
+	}
+	return pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx,
+		"CREATE_REPLICATION_SLOT "+slot+" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"))
+}
+
+// CheckFailover verifies that the server can keep failover slots: Postgres
+// 17 or later, and a primary (a standby cannot create or alter one).
+func CheckFailover(ctx context.Context, pool *pgxpool.Pool) error {
+	var (
+		version    int
+		inRecovery bool
+		text       string
+	)
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version'), pg_is_in_recovery()`).
+		Scan(&version, &text, &inRecovery)
+	if err != nil {
+		return fmt.Errorf("read the server version: %w", err)
+	}
+	switch {
+	case version < failoverMinVersion:
+		return fatal(fmt.Errorf("--failover needs Postgres 17 or later, and the server runs %s", text),
+			"run without --failover (after a promotion the slot is then missing on the new primary and the relay refuses to go on: `outbox-relay run --recreate-slot` repairs), or upgrade to Postgres 17")
+	case inRecovery:
+		return fatal(errors.New("--failover: the server is a standby (in recovery), and only a primary can create a failover slot"),
+			"point --pg-url at the primary (with several hosts, add target_session_attrs=read-write)")
+	}
+	return nil
+}
+
+// SlotFailover reports whether slot is a failover slot (Postgres 17+).
+func SlotFailover(ctx context.Context, pool *pgxpool.Pool, slot string) (bool, error) {
+	var failover bool
+	err := pool.QueryRow(ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&failover)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("read whether replication slot %q is a failover slot: %w", slot, err)
+	}
+	return failover, nil
+}
+
+// EnableFailover turns an existing slot into a failover slot
+// (ALTER_REPLICATION_SLOT, Postgres 17+). The slot must not be in use.
+func EnableFailover(ctx context.Context, repl *pgconn.Config, slot string) error {
+	if err := CheckName("slot", slot); err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, repl)
+	if err != nil {
+		return fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)").ReadAll(); err != nil {
+		return fmt.Errorf("make replication slot %q a failover slot (ALTER_REPLICATION_SLOT %s (FAILOVER true)): %w", slot, slot, err)
+	}
+	return nil
+}
+
+// StandbySlots returns the server's synchronized_standby_slots: the
+// physical slots whose standbys must have received WAL before logical
+// walsenders of failover slots send it ("" when none).
+func StandbySlots(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var slots string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(current_setting('synchronized_standby_slots', true), '')`).Scan(&slots); err != nil {
+		return "", fmt.Errorf("read synchronized_standby_slots: %w", err)
+	}
+	return slots, nil
+}
