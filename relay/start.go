@@ -45,6 +45,9 @@ type starter struct {
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	if err := replication.CheckPrimary(ctx, s.pool, replication.Describe(s.repl)); err != nil {
+		return nil, 0, err
+	}
 	if s.cfg.Failover {
 		if err := s.checkFailover(ctx); err != nil {
 			return nil, 0, err

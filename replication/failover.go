@@ -38,26 +38,35 @@ func createReplicationSlot(ctx context.Context, conn *pgconn.PgConn, slot string
 		"CREATE_REPLICATION_SLOT "+slot+" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"))
 }
 
+// CheckPrimary refuses a standby: the relay writes its record of the slot
+// (and its confirm limit, its dead letters) in the database as it goes, and
+// a standby accepts no writes.
+func CheckPrimary(ctx context.Context, pool *pgxpool.Pool, where string) error {
+	var inRecovery bool
+	if err := pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
+		return fmt.Errorf("read whether the server is a standby: %w", err)
+	}
+	if inRecovery {
+		return fatal(fmt.Errorf("the Postgres server at %s is a standby (in recovery): the relay writes its record of the slot into the database as it streams, which a standby refuses, so it streams only from a primary", where),
+			"point --pg-url at the primary; with several hosts (host=a,b) add target_session_attrs=read-write, which also makes the relay follow a promotion (docs/failover.md)")
+	}
+	return nil
+}
+
 // CheckFailover verifies that the server can keep failover slots: Postgres
-// 17 or later, and a primary (a standby cannot create or alter one).
+// 17 or later.
 func CheckFailover(ctx context.Context, pool *pgxpool.Pool) error {
 	var (
-		version    int
-		inRecovery bool
-		text       string
+		version int
+		text    string
 	)
-	err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version'), pg_is_in_recovery()`).
-		Scan(&version, &text, &inRecovery)
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version')`).Scan(&version, &text)
 	if err != nil {
 		return fmt.Errorf("read the server version: %w", err)
 	}
-	switch {
-	case version < failoverMinVersion:
+	if version < failoverMinVersion {
 		return fatal(fmt.Errorf("--failover needs Postgres 17 or later, and the server runs %s", text),
 			"run without --failover (after a promotion the slot is then missing on the new primary and the relay refuses to go on: `outbox-relay run --recreate-slot` repairs), or upgrade to Postgres 17")
-	case inRecovery:
-		return fatal(errors.New("--failover: the server is a standby (in recovery), and only a primary can create a failover slot"),
-			"point --pg-url at the primary (with several hosts, add target_session_attrs=read-write)")
 	}
 	return nil
 }

@@ -98,6 +98,10 @@ func TestFailoverPromotedStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay.WaitLog(logTimelineChanged, 2*faultWait)
+	// The events in flight at the kill were stored after the slot's last
+	// confirmation: the promoted standby's copy replays them, and the
+	// relay must skip them.
+	relay.WaitLog(logSkipStored, faultWait)
 	w.WaitTx(t, 20, 2*faultWait)
 	stop()
 	res := settle(t, env, relay, w, relaytest.Expect{MinTx: before + 20})
@@ -105,6 +109,11 @@ func TestFailoverPromotedStandby(t *testing.T) {
 		t.Errorf("after the failover: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
 	}
 	requireTimelines(t, env)
+	for _, line := range strings.Split(relay.Logs(), "\n") {
+		if strings.Contains(line, logTimelineChanged) || strings.Contains(line, logSkipStored) || strings.Contains(line, "reconnecting") || strings.Contains(line, logStreaming) {
+			t.Log(line)
+		}
+	}
 }
 
 // slotFailover reads pg_replication_slots.failover of the test slot.
@@ -145,5 +154,38 @@ func requireTimelines(t *testing.T, env *relaytest.Env) {
 	}
 	if tl(first) != "1" || tl(last) == "1" || tl(last) == "" {
 		t.Errorf("the messages carry timelines %q then %q: want 1, then the promoted standby's", tl(first), tl(last))
+	}
+}
+
+// TestStandbyRelayRefused: the relay pointed at a hot standby stops at
+// once and says why and what to do: it writes its record of the slot into
+// the database, which a standby refuses (docs/failover.md, "Reading from a
+// standby"). It creates no slot there. Any Postgres version.
+func TestStandbyRelayRefused(t *testing.T) {
+	pair := relaytest.StartPair(t, false)
+	env := relaytest.NewEnv(t, pair)
+	pair.WaitReplayed()
+	env.RelayPG = pair.Standby.URL(env.Database)
+	relay := startRelay(t, env)
+	if code := relay.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay pointed at a standby exited 0; log:\n%s", relay.Logs())
+	}
+	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write"} {
+		if !strings.Contains(relay.Logs(), want) {
+			t.Errorf("the relay's refusal does not say %q; log:\n%s", want, relay.Logs())
+		}
+	}
+	var slots int
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pair.Standby.URL(env.Database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots`).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 {
+		t.Errorf("the standby holds %d replication slots after the relay refused it", slots)
 	}
 }
