@@ -31,7 +31,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
-		if err := pipe.source.refresh(ctx); err != nil {
+		if err := pipe.source.refresh(ctx, pipe.tracker.Last().CommitLSN); err != nil {
 			return err
 		}
 		stored := &checkpoint.Stored{}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/verify"
 )
 
 // Failover (Postgres 17+). These tests start clusters of their own, a
@@ -67,7 +69,7 @@ func TestFailoverOldPostgres(t *testing.T) {
 // The slot is first created without --failover: the relay with --failover
 // makes the existing slot a failover slot.
 func TestFailoverPromotedStandby(t *testing.T) {
-	pair := relaytest.StartPair(t, true)
+	pair := relaytest.StartPair(t, relaytest.PairOptions{Failover: true, Guard: true})
 	env := relaytest.NewEnv(t, pair)
 	first := startRelay(t, env)
 	first.WaitLog(logStreaming, faultWait)
@@ -113,6 +115,93 @@ func TestFailoverPromotedStandby(t *testing.T) {
 		if strings.Contains(line, logTimelineChanged) || strings.Contains(line, logSkipStored) || strings.Contains(line, "reconnecting") || strings.Contains(line, logStreaming) {
 			t.Log(line)
 		}
+	}
+}
+
+// TestFailoverAheadOfStandby: without synchronized_standby_slots, the
+// relay publishes events the standby never receives (its link to the
+// primary cut), then the primary dies and the standby is promoted. Those
+// events are in the stream and not in the new primary, and the new
+// timeline writes other transactions at their WAL positions: the relay
+// must not take those for replays. It stops, saying what happened and how
+// to prevent it; a relay started again publishes every event of the new
+// timeline. The check: nothing missing, nothing twice, and the only extra
+// messages are exactly the events the standby never received.
+func TestFailoverAheadOfStandby(t *testing.T) {
+	pair := relaytest.StartPair(t, relaytest.PairOptions{Failover: true})
+	env := relaytest.NewEnv(t, pair)
+	relay := startRelay(t, env, "--failover", "--status-interval", "1s")
+	relay.WaitLog(logStreaming, faultWait)
+	requireLog(t, relay, "synchronized_standby_slots is empty", 1)
+	env.Tx(relaytest.NewRow("t", "a1", "before", `{"n": 1}`))
+	env.WaitRows(faultWait)
+	env.WaitSlotCaughtUp(faultWait)
+	pair.WaitSlotSynced(env.Slot)
+	pair.WaitReplayed()
+
+	pair.Link.Cut()
+	stored := env.CountStored()
+	orphans := env.Backlog(2000)
+	env.WaitStored(int(stored)+len(orphans), faultWait)
+	if err := pair.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pair.Standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := relay.Wait(2 * faultWait); code == 0 {
+		t.Fatalf("the relay exited 0 after publishing events beyond the fork; log:\n%s", relay.Logs())
+	}
+	requireLog(t, relay, "forking at", 1)
+	requireLog(t, relay, "synchronized_standby_slots on the primary", 1)
+
+	for i := 0; i < 20; i++ {
+		txRetry(t, env, relaytest.NewRow("t", "a2", "after", fmt.Sprintf(`{"n": %d}`, i)))
+	}
+	again := startRelay(t, env, "--failover")
+	again.WaitLog(logStreaming, faultWait)
+	env.WaitSlotCaughtUp(faultWait)
+	again.Drain(30 * time.Second)
+
+	rep, err := verify.Run(ctx, env.Pool, env.StreamHandle(10*time.Second), verify.Options{Table: env.Table, Subjects: []string{"outbox.>", env.DeadSubj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("check: %d rows, %d messages; missing %d, extra %d, duplicated %d", rep.Rows, rep.Messages, len(rep.Missing), len(rep.Extra), len(rep.Duplicates))
+	if len(rep.Missing) > 0 || len(rep.Duplicates) > 0 {
+		t.Errorf("missing %v, duplicated %v", rep.Missing, rep.Duplicates)
+	}
+	extra := map[string]bool{}
+	for _, id := range rep.Extra {
+		extra[id] = true
+	}
+	for _, id := range orphans {
+		if !extra[id] {
+			t.Errorf("event %s, published before the failover and absent from the new primary, is not reported extra", id)
+			break
+		}
+	}
+	if len(rep.Extra) != len(orphans) {
+		t.Errorf("%d extra messages, want exactly the %d events the standby never received", len(rep.Extra), len(orphans))
+	}
+}
+
+// txRetry commits rows in one transaction, retrying while the pool's
+// connections to a dead primary fail.
+func txRetry(t *testing.T, env *relaytest.Env, rows ...relaytest.Row) {
+	t.Helper()
+	deadline := time.Now().Add(faultWait)
+	for {
+		_, err := env.TryTx(rows...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write after the failover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -162,7 +251,7 @@ func requireTimelines(t *testing.T, env *relaytest.Env) {
 // the database, which a standby refuses (docs/failover.md, "Reading from a
 // standby"). It creates no slot there. Any Postgres version.
 func TestStandbyRelayRefused(t *testing.T) {
-	pair := relaytest.StartPair(t, false)
+	pair := relaytest.StartPair(t, relaytest.PairOptions{})
 	env := relaytest.NewEnv(t, pair)
 	pair.WaitReplayed()
 	env.RelayPG = pair.Standby.URL(env.Database)

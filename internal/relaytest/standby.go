@@ -28,11 +28,28 @@ type Pair struct {
 	T       testing.TB
 	Primary *devenv.Postgres
 	Standby *devenv.Postgres
+	// Link carries the standby's replication connection to the primary: a
+	// test cuts it to leave the standby behind.
+	Link *Proxy
 }
 
-// RequireMajor skips the test unless OUTBOX_TEST_PG_BINDIR chooses
-// Postgres major or later: the default binaries of the test machine are
-// older, and the CI runs these tests in a step of their own with
+// PairOptions says how a Pair is set up.
+type PairOptions struct {
+	// Failover makes the standby sync failover slots
+	// (sync_replication_slots; Postgres 17+: the test is skipped below, see
+	// RequireMajor).
+	Failover bool
+	// Guard sets the primary up the way docs/failover.md asks: the standby
+	// synchronous (a commit the workload saw succeed survives the
+	// primary's death; the relay's record too) and in
+	// synchronized_standby_slots (logical walsenders send nothing it has
+	// not received).
+	Guard bool
+}
+
+// RequireMajor skips the test unless the test cluster runs Postgres major
+// or later: the default binaries of the test machine are older, and the
+// CI runs these tests in a step of their own with
 // OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17).
 func RequireMajor(t testing.TB, major int, primary *devenv.Postgres) {
 	t.Helper()
@@ -42,23 +59,16 @@ func RequireMajor(t testing.TB, major int, primary *devenv.Postgres) {
 	}
 }
 
-// StartPair starts a primary and a standby streaming from it through the
-// physical slot StandbySlot, with hot_standby_feedback (the standby's
-// logical slots need the primary to keep their catalog rows). With
-// syncSlots the primary is set up for failover the way the relay's
-// docs/failover.md says: the standby synchronous (a commit the workload
-// saw succeed survives the primary's death), synchronized_standby_slots
-// holding it (logical walsenders send nothing it has not received) and
-// the standby syncing failover slots (sync_replication_slots), and the
-// test is skipped below Postgres FailoverMajor (see RequireMajor); without
-// syncSlots any version will do.
-func StartPair(t testing.TB, syncSlots bool) *Pair {
+// StartPair starts a primary and a standby streaming from it (through
+// Link) on the physical slot StandbySlot, with hot_standby_feedback (the
+// standby's logical slots need the primary to keep their catalog rows).
+func StartPair(t testing.TB, opts PairOptions) *Pair {
 	t.Helper()
-	if syncSlots && os.Getenv(devenv.BinDirEnv) == "" {
+	if opts.Failover && os.Getenv(devenv.BinDirEnv) == "" {
 		t.Skipf("needs Postgres %d or later: run with %s=$(scripts/install-postgres.sh %d)", FailoverMajor, devenv.BinDirEnv, FailoverMajor)
 	}
 	primarySettings := map[string]string{}
-	if syncSlots {
+	if opts.Guard {
 		primarySettings["synchronized_standby_slots"] = "'" + StandbySlot + "'"
 		primarySettings["synchronous_standby_names"] = "'" + StandbySlot + "'"
 	}
@@ -76,18 +86,19 @@ func StartPair(t testing.TB, syncSlots bool) *Pair {
 		}
 		primary.Close()
 	})
-	if syncSlots {
+	if opts.Failover {
 		RequireMajor(t, FailoverMajor, primary)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p.exec(ctx, primary.URL("postgres"), `SELECT pg_create_physical_replication_slot($1, true)`, StandbySlot)
+	p.Link = StartProxy(t, fmt.Sprintf("127.0.0.1:%d", primary.Port))
 	settings := map[string]string{
-		"primary_conninfo":     fmt.Sprintf("'host=127.0.0.1 port=%d user=postgres dbname=postgres application_name=%s'", primary.Port, StandbySlot),
+		"primary_conninfo":     fmt.Sprintf("'host=127.0.0.1 port=%d user=postgres dbname=postgres application_name=%s'", p.Link.Port(), StandbySlot),
 		"primary_slot_name":    "'" + StandbySlot + "'",
 		"hot_standby_feedback": "on",
 	}
-	if syncSlots {
+	if opts.Failover {
 		settings["sync_replication_slots"] = "on"
 	}
 	for k, v := range ClusterSettings {
