@@ -90,16 +90,21 @@ func TestFailoverPromotedStandby(t *testing.T) {
 	before := w.CommittedTx()
 	inFlight(t, env, relay, 1000)
 
+	sessions := relay.CountLog(logStreaming)
+	killed := time.Now()
 	if err := pair.Primary.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Log("primary killed; promoting the standby")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := pair.Standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
+	promoted := time.Now()
 	relay.WaitLog(logTimelineChanged, 2*faultWait)
+	waitLogCount(t, relay, logStreaming, sessions+1, faultWait)
+	t.Logf("primary killed; standby promoted in %s; the relay streams from it %s after the promotion",
+		promoted.Sub(killed).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
 	// The events in flight at the kill were stored after the slot's last
 	// confirmation: the promoted standby's copy replays them, and the
 	// relay must skip them.
