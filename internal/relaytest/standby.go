@@ -204,4 +204,3 @@ func queryBool(url, query string, args ...any) (bool, error) {
 	err = conn.QueryRow(ctx, query, args...).Scan(&ok)
 	return ok, err
 }
-
