@@ -20,7 +20,7 @@ import (
 // chooses Postgres 17 or later; elsewhere they are skipped with the
 // command that runs them. The CI runs them in a step of their own:
 //
-//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run 'TestFailover|TestStandby' ./cmd/outbox-relay
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run 'TestFailover|TestStandbyRelayRefused' ./cmd/outbox-relay
 
 // Log lines the failover tests require.
 const (
