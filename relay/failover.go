@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -32,15 +33,30 @@ func (s *starter) checkFailover(ctx context.Context) error {
 
 // ensureFailover makes an existing slot a failover slot. The operator
 // asked for one by --failover, and the slot is not streamed yet (the
-// take-up lock is held), so turning it on here (ALTER_REPLICATION_SLOT,
-// idempotent) does what the operator would otherwise have to do by hand
-// before every first start with --failover.
-func (s *starter) ensureFailover(ctx context.Context) error {
-	on, err := replication.SlotFailover(ctx, s.pool, s.cfg.Slot)
+// take-up lock is held, or a session is about to start), so turning it on
+// here (ALTER_REPLICATION_SLOT, idempotent) does what the operator would
+// otherwise have to do by hand before every first start with --failover.
+// At start (warn set) a slot another instance streams from is reported;
+// before each session it is left for the next one.
+func (s *starter) ensureFailover(ctx context.Context, warn bool) error {
+	on, active, err := replication.SlotFailover(ctx, s.pool, s.cfg.Slot)
 	if err != nil || on {
 		return err
 	}
-	if err := replication.EnableFailover(ctx, s.repl, s.cfg.Slot); err != nil {
+	if active {
+		err = replication.ErrSlotInUse
+	} else {
+		err = replication.EnableFailover(ctx, s.repl, s.cfg.Slot)
+	}
+	if errors.Is(err, replication.ErrSlotInUse) {
+		// Another instance streams from it; this one waits as its standby
+		// and makes the slot a failover slot when it takes over.
+		if warn {
+			s.log.Warn().Err(err).Str("slot", s.cfg.Slot).Msg("--failover: the slot is not a failover slot and another process streams from it; this relay makes it one when it takes the slot over")
+		}
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	s.log.Warn().Str("slot", s.cfg.Slot).Msg("--failover: the existing slot was not a failover slot; made it one (ALTER_REPLICATION_SLOT ... (FAILOVER true)): standbys with sync_replication_slots = on copy it from now on")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -71,18 +72,29 @@ func CheckFailover(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// SlotFailover reports whether slot is a failover slot (Postgres 17+).
-func SlotFailover(ctx context.Context, pool *pgxpool.Pool, slot string) (bool, error) {
-	var failover bool
-	err := pool.QueryRow(ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&failover)
+// SlotFailover reports whether slot is a failover slot (Postgres 17+) and
+// whether a process streams from it now.
+func SlotFailover(ctx context.Context, pool *pgxpool.Pool, slot string) (failover, active bool, err error) {
+	err = pool.QueryRow(ctx, `SELECT failover, active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&failover, &active)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("read whether replication slot %q is a failover slot: %w", slot, err)
+		return false, false, fmt.Errorf("read whether replication slot %q is a failover slot: %w", slot, err)
 	}
-	return failover, nil
+	return failover, active, nil
 }
 
+// ErrSlotInUse means the slot is streamed by another process, so its
+// options cannot be changed now.
+var ErrSlotInUse = errors.New("the replication slot is in use by another process")
+
+// alterWait bounds how long ALTER_REPLICATION_SLOT may wait: it waits for
+// a slot in use to be released rather than failing.
+const alterWait = 10 * time.Second
+
 // EnableFailover turns an existing slot into a failover slot
-// (ALTER_REPLICATION_SLOT, Postgres 17+). The slot must not be in use.
+// (ALTER_REPLICATION_SLOT, Postgres 17+). It fails with ErrSlotInUse when
+// another process streams from the slot for longer than alterWait: the
+// command waits for the slot instead of failing, so check that it is not
+// active first.
 func EnableFailover(ctx context.Context, repl *pgconn.Config, slot string) error {
 	if err := CheckName("slot", slot); err != nil {
 		return err
@@ -92,7 +104,13 @@ func EnableFailover(ctx context.Context, repl *pgconn.Config, slot string) error
 		return fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)").ReadAll(); err != nil {
+	actx, cancel := context.WithTimeout(ctx, alterWait)
+	defer cancel()
+	if _, err := conn.Exec(actx, "ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)").ReadAll(); err != nil {
+		var pe *pgconn.PgError
+		if (errors.As(err, &pe) && pe.Code == codeObjectInUse) || (actx.Err() != nil && ctx.Err() == nil) {
+			return fmt.Errorf("make replication slot %q a failover slot: %w: %v", slot, ErrSlotInUse, err)
+		}
 		return fmt.Errorf("make replication slot %q a failover slot (ALTER_REPLICATION_SLOT %s (FAILOVER true)): %w", slot, slot, err)
 	}
 	return nil

@@ -210,6 +210,40 @@ func txRetry(t *testing.T, env *relaytest.Env, rows ...relaytest.Row) {
 	}
 }
 
+// TestFailoverStandbyInstanceTakesOver (Postgres 17+): a relay with
+// --failover that starts while another instance, without it, streams from
+// the slot cannot alter the slot then; it waits as a standby instance and
+// makes the slot a failover slot when it takes over.
+func TestFailoverStandbyInstanceTakesOver(t *testing.T) {
+	env := newEnv(t)
+	var version int
+	if err := env.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 170000 {
+		t.Skipf("needs Postgres 17 or later (the test cluster runs %d): run with OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17)", version)
+	}
+	active := startRelay(t, env)
+	active.WaitLog(logStreaming, faultWait)
+	standby := startRelay(t, env, "--failover")
+	standby.WaitLog("waiting as a standby", faultWait)
+	requireLog(t, standby, "this relay makes it one when it takes the slot over", 1)
+	if slotFailover(t, env) {
+		t.Fatal("the slot became a failover slot while another instance streamed from it")
+	}
+	active.Kill()
+	standby.WaitLog(logStreaming, faultWait)
+	waitLogCount(t, standby, logMadeFailover, 1, faultWait)
+	if !slotFailover(t, env) {
+		t.Errorf("slot %s is not a failover slot after the --failover instance took it over", env.Slot)
+	}
+	ids := env.Tx(relaytest.NewRow("t", "a1", "after", `{"n": 1}`))
+	env.WaitRows(faultWait)
+	standby.Drain(30 * time.Second)
+	env.Check()
+	t.Logf("published %s after the take-over", ids[0])
+}
+
 // slotFailover reads pg_replication_slots.failover of the test slot.
 func slotFailover(t *testing.T, env *relaytest.Env) bool {
 	t.Helper()
