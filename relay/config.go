@@ -44,6 +44,10 @@ type Config struct {
 	// rows created at or after it.
 	Repair      bool
 	RepairSince time.Time
+
+	// Failover makes the relay's slot a failover slot (Postgres 17+), which
+	// physical standbys syncing slots keep a copy of: see failover.go.
+	Failover bool
 }
 
 // Validate names the first field that cannot work.

@@ -89,15 +89,24 @@ func (s *source) slotTakenUp(ctx context.Context, store *checkpoint.Store) error
 }
 
 // refresh takes the system's identity as a replication session found it
-// (IDENTIFY_SYSTEM on its own connection). A new timeline (a promotion, a
-// point-in-time recovery) is stamped from now on. Another system
-// identifier means another cluster answers at the relay's address with a
-// slot of the same name: its positions say nothing about what this relay
-// confirmed, so the relay stops.
-func (s *source) refresh(id pglogrepl.IdentifySystemResult) error {
+// (IDENTIFY_SYSTEM and the timeline's history, on its own connection). A
+// new timeline (a promotion, a point-in-time recovery) is stamped from now
+// on. Another system identifier means another cluster answers at the
+// relay's address with a slot of the same name: its positions say nothing
+// about what this relay confirmed, so the relay stops.
+//
+// handed is the commit position of the newest event this process handed
+// to the sink. At or beyond the new timeline's fork point, the relay
+// published events of WAL the new timeline does not have (a standby
+// promoted before receiving it; synchronized_standby_slots prevents it):
+// the new timeline writes other transactions at those positions, which
+// this process would take for replays and skip. It stops instead: a new
+// process skips only events the stream holds with the same id.
+func (s *source) refresh(start replication.SessionStart, handed pglogrepl.LSN) error {
 	if s == nil {
 		return nil
 	}
+	id := start.System
 	src := s.stamp.Source()
 	if id.SystemID != src.System {
 		return &replication.FatalError{
@@ -108,6 +117,9 @@ func (s *source) refresh(id pglogrepl.IdentifySystemResult) error {
 		}
 	}
 	if tl := uint32(id.Timeline); tl != src.Timeline {
+		if err := checkFork(src.Timeline, tl, start.TimelineHistory, handed); err != nil {
+			return err
+		}
 		s.log.Warn().Uint32("timeline", tl).Uint32("previous_timeline", src.Timeline).Str("slot", src.Slot).
 			Msg("the Postgres timeline changed (promotion or point-in-time recovery): stamping the new one; replayed events are skipped only where the stream holds the same event id at their position")
 		src.Timeline = tl
@@ -150,4 +162,22 @@ func (s *source) otherEventAt(ev *decode.Event, stored string) {
 	}
 	s.log.Warn().Str("event_id", ev.ID).Str("stored_id", stored).Str("lsn", ev.Position.String()).
 		Msg("the stream holds another event at this replayed event's position (a timeline change, or another writer): publishing it")
+}
+
+// checkFork refuses a timeline change when this process handed over
+// events at or beyond the new timeline's fork point (see refresh).
+func checkFork(from, to uint32, history []byte, handed pglogrepl.LSN) error {
+	fork, err := forkPoint(history, from, to)
+	if err != nil {
+		return err
+	}
+	if handed < fork {
+		return nil
+	}
+	return &replication.FatalError{
+		Err: fmt.Errorf("the Postgres timeline changed from %d to %d, forking at %s, and the relay already published events committed at %s on timeline %d: their transactions are not in the new timeline, yet they are in the stream",
+			from, to, fork, handed, from),
+		Hint: "restart the relay (it then publishes every event of the new timeline); `outbox-relay verify` lists the orphaned events as extra; " +
+			"to prevent it, set synchronized_standby_slots on the primary to the physical slots of the standbys that sync the relay's slot (docs/failover.md)",
+	}
 }

@@ -45,6 +45,14 @@ type starter struct {
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	if err := replication.CheckPrimary(ctx, s.pool, replication.Describe(s.repl)); err != nil {
+		return nil, 0, err
+	}
+	if s.cfg.Failover {
+		if err := s.checkFailover(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
 	lock, err := lockTakeUp(ctx, s.pool, s.cfg.Slot, s.log)
 	if err != nil {
 		return nil, 0, err
@@ -59,6 +67,11 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
 
+	if s.cfg.Failover && slot.Exists && (action == checkpoint.Resume || action == checkpoint.Adopt) {
+		if err := s.ensureFailover(ctx, true); err != nil {
+			return nil, 0, err
+		}
+	}
 	pipe := &pipeline{pub: s.pub, tracker: checkpoint.NewTracker(slot.ConfirmedFlush), skipped: s.skipped}
 	var created, limit pglogrepl.LSN
 	switch action {
@@ -184,7 +197,7 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 		return 0, 0, err
 	}
 	var published int
-	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
+	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, replication.SlotOptions{Failover: cfg.Failover}, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
 		id, err := s.publicationIdentity(ctx)
 		if err != nil {
 			return err

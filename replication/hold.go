@@ -35,13 +35,29 @@ type SessionStart struct {
 	// (no second replication connection, so no second WAL sender, is
 	// needed to learn the cluster and its timeline).
 	System pglogrepl.IdentifySystemResult
+	// TimelineHistory is the content of the current timeline's history
+	// file (TIMELINE_HISTORY): the timelines it descends from and where
+	// each ended. Empty on timeline 1, which has none.
+	TimelineHistory []byte
 }
 
 // identify returns, on the replication connection before it streams, the
 // process id of its walsender (pg_backend_pid(): the id in
 // pg_replication_slots.active_pid, also behind a pooler that reports its
 // own in the protocol's BackendKeyData) and the server's identity.
-func identify(ctx context.Context, conn *pgconn.PgConn) (int32, pglogrepl.IdentifySystemResult, error) {
+func identify(ctx context.Context, conn *pgconn.PgConn) (int32, SessionStart, error) {
+	pid, system, err := identifySystem(ctx, conn)
+	if err != nil || system.Timeline <= 1 {
+		return pid, SessionStart{System: system}, err
+	}
+	hist, err := pglogrepl.TimelineHistory(ctx, conn, system.Timeline)
+	if err != nil {
+		return 0, SessionStart{}, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", system.Timeline, err)
+	}
+	return pid, SessionStart{System: system, TimelineHistory: hist.Content}, nil
+}
+
+func identifySystem(ctx context.Context, conn *pgconn.PgConn) (int32, pglogrepl.IdentifySystemResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := conn.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()

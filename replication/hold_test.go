@@ -52,7 +52,7 @@ func newHoldEnv(t *testing.T, cluster relaytest.Server) holdEnv {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, pgx.Tx, pglogrepl.LSN) error { return nil }
-	if _, err := replication.CreateSlot(context.Background(), repl, env.Pool, env.Slot, noop); err != nil {
+	if _, err := replication.CreateSlot(context.Background(), repl, env.Pool, env.Slot, replication.SlotOptions{}, noop); err != nil {
 		t.Fatal(err)
 	}
 	return holdEnv{Env: env, cfg: replication.Config{Repl: repl, Slot: env.Slot, Publication: env.Pub, Table: env.Table}}

@@ -48,7 +48,7 @@ func TestSilentDecodingKeepsTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, pgx.Tx, pglogrepl.LSN) error { return nil }
-	if _, err := replication.CreateSlot(ctx, repl, env.Pool, env.Slot, noop); err != nil {
+	if _, err := replication.CreateSlot(ctx, repl, env.Pool, env.Slot, replication.SlotOptions{}, noop); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Pool.Exec(ctx, `CREATE TABLE backfill (id BIGINT, pad TEXT)`); err != nil {

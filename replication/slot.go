@@ -100,14 +100,15 @@ func CheckSlot(info SlotInfo, slot, database string) error {
 // sees the database exactly as of the slot's consistent point: every
 // transaction committed before it is visible there, every later one will
 // be streamed. It returns the consistent point.
-func CreateSlot(ctx context.Context, repl *pgconn.Config, pool *pgxpool.Pool, slot string, withSnapshot func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error) (pglogrepl.LSN, error) {
+// With opts.Failover the slot is a failover slot (Postgres 17+, see
+// CheckFailover).
+func CreateSlot(ctx context.Context, repl *pgconn.Config, pool *pgxpool.Pool, slot string, opts SlotOptions, withSnapshot func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error) (pglogrepl.LSN, error) {
 	conn, err := pgconn.ConnectConfig(ctx, repl)
 	if err != nil {
 		return 0, fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, err := createReplicationSlot(ctx, conn, slot, opts)
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == codeConfigLimit {

@@ -225,7 +225,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		return err
 	}
 	every := statusEvery(s.cfg.StatusInterval, senderTimeout)
-	walsender, system, err := identify(ctx, conn)
+	walsender, start, err := identify(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,8 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	}
 	if s.cfg.BeforeSession != nil {
 		err := s.holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
-			return s.cfg.BeforeSession(ctx, SessionStart{Slot: info, System: system})
+			start.Slot = info
+			return s.cfg.BeforeSession(ctx, start)
 		})
 		if err != nil {
 			return err

@@ -37,6 +37,7 @@ type relayFlags struct {
 	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
 	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
 	MessagePrefix  string        `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`
+	Failover       bool          `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
 	MaxProcs       int           `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
 	CPUProfile     string        `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
@@ -73,6 +74,7 @@ func (c *runCmd) config() (relay.Config, error) {
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
 	cfg.MessagePrefix = c.MessagePrefix
+	cfg.Failover = c.Failover
 	return cfg, nil
 }
 

@@ -46,6 +46,9 @@ func StartProxy(t testing.TB, upstream string) *Proxy {
 // Addr is the proxy's address (host:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Port is the proxy's port.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
 // Cut resets every connection and refuses new ones until Restore.
 func (p *Proxy) Cut() { p.setMode(cut) }
 

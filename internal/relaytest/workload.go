@@ -41,6 +41,12 @@ func (e *Env) Tx(rows ...Row) []string {
 	return ids
 }
 
+// TryTx is Tx returning the error: for writes that may meet a server
+// going away.
+func (e *Env) TryTx(rows ...Row) ([]string, error) {
+	return e.insert(context.Background(), rows, true)
+}
+
 // insert writes rows in one transaction, committing or rolling back.
 func (e *Env) insert(ctx context.Context, rows []Row, commit bool) ([]string, error) {
 	tx, err := e.Pool.Begin(ctx)
