@@ -36,8 +36,9 @@ func (s *starter) checkFailover(ctx context.Context) error {
 // take-up lock is held, or a session is about to start), so turning it on
 // here (ALTER_REPLICATION_SLOT, idempotent) does what the operator would
 // otherwise have to do by hand before every first start with --failover.
-// At start (warn set) a slot another instance streams from is reported;
-// before each session it is left for the next one.
+// A slot another instance streams from is reported (warn) and left alone:
+// the replication session that takes it over makes it a failover slot on
+// its own connection before it streams (replication.Config.Failover).
 func (s *starter) ensureFailover(ctx context.Context, warn bool) error {
 	on, active, err := replication.SlotFailover(ctx, s.pool, s.cfg.Slot)
 	if err != nil || on {

@@ -114,6 +114,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		Publication:    cfg.Publication,
 		Table:          cfg.Table,
 		MessagePrefix:  cfg.MessagePrefix,
+		Failover:       cfg.Failover,
 		StatusInterval: cfg.StatusInterval,
 		DrainTimeout:   cfg.DrainTimeout,
 		BeforeSession:  st.beforeSession(pipe),

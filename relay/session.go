@@ -32,11 +32,6 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 				Gap: true,
 			}
 		}
-		if cfg.Failover {
-			if err := s.ensureFailover(ctx, false); err != nil {
-				return err
-			}
-		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
 		if err := pipe.source.refresh(start, pipe.tracker.Last().CommitLSN); err != nil {

@@ -104,6 +104,12 @@ func EnableFailover(ctx context.Context, repl *pgconn.Config, slot string) error
 		return fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	return enableFailover(ctx, conn, slot)
+}
+
+// enableFailover runs ALTER_REPLICATION_SLOT on a replication connection
+// that does not stream yet; see EnableFailover.
+func enableFailover(ctx context.Context, conn *pgconn.PgConn, slot string) error {
 	actx, cancel := context.WithTimeout(ctx, alterWait)
 	defer cancel()
 	if _, err := conn.Exec(actx, "ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)").ReadAll(); err != nil {
@@ -125,4 +131,20 @@ func StandbySlots(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return "", fmt.Errorf("read synchronized_standby_slots: %w", err)
 	}
 	return slots, nil
+}
+
+// ensureFailover makes the slot a failover slot, on the session's own
+// replication connection before it streams (Config.Failover): the slot is
+// then free, unless another instance streams from it, in which case this
+// session will not get it either and a later one does the work.
+func (s *Stream) ensureFailover(ctx context.Context, conn *pgconn.PgConn) error {
+	on, active, err := SlotFailover(ctx, s.pool, s.cfg.Slot)
+	if err != nil || on || active {
+		return err
+	}
+	if err := enableFailover(ctx, conn, s.cfg.Slot); err != nil {
+		return err
+	}
+	s.log.Warn().Str("slot", s.cfg.Slot).Msg("--failover: the existing slot was not a failover slot; made it one (ALTER_REPLICATION_SLOT ... (FAILOVER true)): standbys with sync_replication_slots = on copy it from now on")
+	return nil
 }

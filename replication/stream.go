@@ -69,6 +69,9 @@ type Config struct {
 	// wal_sender_timeout. Progress is confirmed sooner, up to five times a
 	// second.
 	StatusInterval time.Duration
+	// Failover makes the slot a failover slot (Postgres 17+) before each
+	// session, when it is not one yet (see SlotOptions.Failover).
+	Failover bool
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
 	// before the final status update (DefaultDrainTimeout when zero).
 	DrainTimeout time.Duration
@@ -228,6 +231,11 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	walsender, start, err := identify(ctx, conn)
 	if err != nil {
 		return err
+	}
+	if s.cfg.Failover {
+		if err := s.ensureFailover(ctx, conn); err != nil {
+			return err
+		}
 	}
 	if err := s.startReplication(ctx, conn); err != nil {
 		return err
