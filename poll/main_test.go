@@ -132,3 +132,11 @@ func pending(t *testing.T, env *relaytest.Env) int {
 	}
 	return n
 }
+
+// pollEnv is a test environment whose table is migrated for polling: the
+// migrations, then what `migrate --source poll` adds.
+func pollEnv(t *testing.T) *relaytest.Env {
+	t.Helper()
+	env := relaytest.NewEnv(t, server)
+	return env
+}

@@ -57,7 +57,7 @@ func New(cfg Config, deps relay.Deps) (*Poller, error) {
 		return nil, err
 	}
 	p := &Poller{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg,
-		q: newQueries(cfg.Relay.Table), cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
+		cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
 	starting := errors.New("starting")
 	p.notReady.Store(&starting)
 	return p, nil
@@ -217,6 +217,8 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("table %s does not exist: run `outbox-relay migrate`", cfg.Table)
 	}
 	p.byteaPayload = cols["payload"] == "bytea"
+	_, hasHeaders := cols[decode.ColumnHeaders]
+	p.q = newQueries(cfg.Table, hasHeaders)
 	var claims bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{cfg.Table.Schema, ClaimsTable}.Sanitize()).Scan(&claims); err != nil {
 		return fmt.Errorf("look for %s: %w", ClaimsTable, err)
