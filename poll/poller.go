@@ -231,6 +231,14 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 			return fmt.Errorf("table %s has no column %s, which polling needs: run `outbox-relay migrate`", cfg.Table, c)
 		}
 	}
+	names := migrations.Names{Table: cfg.Table}
+	state, err := migrations.ReadPollState(ctx, pool, names)
+	if err != nil {
+		return err
+	}
+	if problem := state.Problem(names); problem != "" {
+		return errors.New(problem)
+	}
 	var nullable []string
 	rows, err := pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass
 		AND attname IN ('aggregate_type', 'aggregate_id') AND NOT attnotnull`, cfg.Table.Quoted())
