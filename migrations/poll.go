@@ -18,10 +18,14 @@ func (n Names) pendingIndexName() string {
 }
 
 // PendingIndex is the polling relay's index, schema-qualified and quoted.
-func (n Names) PendingIndex() string { return pgx.Identifier{n.Table.Schema, n.pendingIndexName()}.Sanitize() }
+func (n Names) PendingIndex() string {
+	return pgx.Identifier{n.Table.Schema, n.pendingIndexName()}.Sanitize()
+}
 
 // seqSequence is the sequence seq's default draws from, qualified and quoted.
-func (n Names) seqSequence() string { return pgx.Identifier{n.Table.Schema, n.Table.Name + "_seq_seq"}.Sanitize() }
+func (n Names) seqSequence() string {
+	return pgx.Identifier{n.Table.Schema, n.Table.Name + "_seq_seq"}.Sanitize()
+}
 
 // pendingIndexDef is the CREATE INDEX statement of the polling relay's
 // index, after "CREATE INDEX [CONCURRENTLY]": an aggregate's pending rows
