@@ -17,7 +17,7 @@ type migrateCmd struct {
 	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication to create for the table."`
 	Source      string `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"With poll, also set the table up for run --source poll: seq's default and the pending index (built CONCURRENTLY), and with --relay-role the polling grants. WAL mode does without them: they cost every insert."`
 	Notify      bool   `name:"notify" help:"Also install the NOTIFY trigger that wakes a polling relay (run --source poll) as soon as rows are inserted."`
-	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password) and grant it what the relay needs."`
+	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password; with --source poll LOGIN only) and grant it what the relay needs."`
 }
 
 func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
