@@ -30,7 +30,7 @@ type Poller struct {
 	reg     prometheus.Registerer
 	log     zerolog.Logger
 	poolCfg *pgxpool.Config
-	q       queries
+	q       queries // set by check: they depend on the table's columns
 	cq      claimQueries
 	class   int32
 	metrics *metrics
@@ -204,8 +204,9 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	}
 }
 
-// check refuses a table without the polling columns, and one a WAL relay
-// reads: it never sets processed_at, so polling would publish everything
+// check refuses a table without the polling columns or without what
+// `migrate --source poll` adds (seq's default, the pending index), and one
+// a WAL relay reads: it never sets processed_at, so polling would publish everything
 // it published again.
 func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 	cfg := p.cfg.Relay
