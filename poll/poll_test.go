@@ -276,8 +276,9 @@ END $$`)
 	env.CheckWith(relaytest.Expect{Polled: true})
 }
 
-// TestPollLeastPrivilege: a role with what migrate --relay-role grants plus
-// the two grants docs/polling.md lists runs the polling relay.
+// TestPollLeastPrivilege: a role with what migrate --source poll
+// --relay-role grants (GrantPollRole) and nothing more runs the polling
+// relay.
 func TestPollLeastPrivilege(t *testing.T) {
 	env := pollEnv(t)
 	role := "poll_" + env.Database
@@ -286,15 +287,13 @@ func TestPollLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := migrations.Names{Table: env.Table, Publication: env.Pub}
-	if err := migrations.GrantRole(context.Background(), connCfg, names, role); err != nil {
+	if err := migrations.GrantPollRole(context.Background(), connCfg, names, role); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_, _ = env.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
 		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
 	})
-	env.Exec(`GRANT UPDATE (processed_at, attempts, retry_after, last_error) ON public.outbox_events TO ` + role)
-	env.Exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.outbox_relay_poll_claims TO ` + role)
 	cfg := config(t, env)
 	cfg.Relay.PGURL = strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
 	if cfg.Relay.PGURL == env.PGURL {
