@@ -58,10 +58,8 @@ func (n Names) values() map[string]string {
 		"DeadLetterView":        quote(n.Table.Schema, n.DeadLetterView()),
 		"Publication":           quote(n.Publication),
 		"PublicationLiteral":    literal(n.Publication),
-		"SeqSequence":           quote(n.Table.Schema, n.Table.Name+"_seq_seq"),
-		"SeqSequenceLiteral":    literal(quote(n.Table.Schema, n.Table.Name+"_seq_seq")),
-		"PendingIndex":          quote("idx_" + strings.TrimSuffix(n.Table.Name, "_events") + "_pending_aggregate"),
-		"PendingIndexQualified": quote(n.Table.Schema, "idx_"+strings.TrimSuffix(n.Table.Name, "_events")+"_pending_aggregate"),
+		"SeqSequence":           n.seqSequence(),
+		"PendingIndexQualified": n.PendingIndex(),
 	}
 }
 
@@ -134,6 +132,20 @@ func provider(db *sql.DB, n Names) (*goose.Provider, error) {
 // reading the outbox table (initial publish, verify), and keeping its own
 // records. Streaming itself needs only REPLICATION.
 func GrantRole(ctx context.Context, conn *pgx.ConnConfig, n Names, role string) error {
+	return grantRole(ctx, conn, n, role, false)
+}
+
+// GrantPollRole is GrantRole for the polling relay (run --source poll):
+// the role is created without REPLICATION, which polling does not need
+// and which databases without logical replication often refuse to give,
+// and it may also set the bookkeeping columns of the outbox table (not
+// its events) and keep the claims. Those UPDATEs are why the WAL relay's
+// role does not get them.
+func GrantPollRole(ctx context.Context, conn *pgx.ConnConfig, n Names, role string) error {
+	return grantRole(ctx, conn, n, role, true)
+}
+
+func grantRole(ctx context.Context, conn *pgx.ConnConfig, n Names, role string, poll bool) error {
 	c, err := pgx.ConnectConfig(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("connect to grant role %q: %w", role, err)
@@ -141,16 +153,25 @@ func GrantRole(ctx context.Context, conn *pgx.ConnConfig, n Names, role string) 
 	defer c.Close(context.WithoutCancel(ctx))
 	r := pgx.Identifier{role}.Sanitize()
 	schema := pgx.Identifier{n.Table.Schema}.Sanitize()
+	attrs := "LOGIN REPLICATION"
+	if poll {
+		attrs = "LOGIN"
+	}
 	stmts := []string{
 		fmt.Sprintf(`DO $$ BEGIN
-			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN REPLICATION; END IF;
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s %s; END IF;
 			EXECUTE format('GRANT CONNECT ON DATABASE %%I TO %%I', current_database(), %s);
-		END $$`, literal(role), r, literal(role)),
+		END $$`, literal(role), r, attrs, literal(role)),
 		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, schema, r),
 		fmt.Sprintf(`GRANT SELECT ON %s TO %s`, n.Table.Quoted(), r),
 		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON %s.outbox_relay_slots TO %s`, schema, r),
 		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s.outbox_relay_dead_letters TO %s`, schema, r),
 		fmt.Sprintf(`GRANT SELECT ON %s TO %s`, pgx.Identifier{n.Table.Schema, n.DeadLetterView()}.Sanitize(), r),
+	}
+	if poll {
+		stmts = append(stmts,
+			fmt.Sprintf(`GRANT UPDATE (processed_at, attempts, retry_after, last_error) ON %s TO %s`, n.Table.Quoted(), r),
+			fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON %s.outbox_relay_poll_claims TO %s`, schema, r))
 	}
 	for _, s := range stmts {
 		if _, err := c.Exec(ctx, s); err != nil {

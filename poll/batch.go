@@ -130,7 +130,7 @@ func (b *batcher) read(ctx context.Context, tx pgx.Tx, types, ids []string) ([]r
 			return nil, fmt.Errorf("read pending rows of %s: attempts %q: %w", b.p.cfg.Relay.Table, v[7], err)
 		}
 		r.ev = decode.NewEvent(decode.Fields{
-			ID: v[1], AggregateType: v[2], AggregateID: v[3], EventType: v[4], Payload: v[5], CreatedAt: v[6],
+			ID: v[1], AggregateType: v[2], AggregateID: v[3], EventType: v[4], Payload: v[5], CreatedAt: v[6], Headers: v[12],
 			PayloadIsBytea: b.p.byteaPayload, HasCreatedAt: true,
 		}, decode.Position{Index: uint32(len(out))})
 		out = append(out, r)

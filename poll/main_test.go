@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -131,4 +133,19 @@ func pending(t *testing.T, env *relaytest.Env) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// pollEnv is a test environment whose table is migrated for polling: the
+// migrations, then what `migrate --source poll` adds.
+func pollEnv(t *testing.T) *relaytest.Env {
+	t.Helper()
+	env := relaytest.NewEnv(t, server)
+	conn, err := pgx.ParseConfig(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.InstallPoll(context.Background(), conn, migrations.Names{Table: env.Table, Publication: env.Pub}); err != nil {
+		t.Fatal(err)
+	}
+	return env
 }

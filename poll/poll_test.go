@@ -36,7 +36,7 @@ func storedMsgs(t *testing.T, env *relaytest.Env) []*jetstream.RawStreamMsg {
 // row's processed_at is set, and the check finds nothing missing, twice or
 // out of aggregate order.
 func TestPollPublishesAndMarksProcessed(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	before := env.Tx(relaytest.NewRow("order", "1", "created", `{"agg": "o1", "seq": 1}`),
 		relaytest.NewRow("order", "1", "paid", `{"agg": "o1", "seq": 2}`),
 		relaytest.NewRow("order", "2", "created", `{"agg": "o2", "seq": 1}`))
@@ -91,7 +91,7 @@ func TestPollPublishesAndMarksProcessed(t *testing.T) {
 // over a few aggregates. Each aggregate's events are stored in the order
 // they were written, none twice, and both instances did work.
 func TestPollTwoInstancesKeepAggregateOrder(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	cfg := config(t, env)
 	cfg.Batch, cfg.Interval = 5, 10*time.Millisecond
 	a, b := start(t, env, cfg), start(t, env, cfg)
@@ -121,7 +121,7 @@ func TestPollTwoInstancesKeepAggregateOrder(t *testing.T) {
 // dead-letter view; the next row of its aggregate waits for it, other
 // aggregates do not.
 func TestPollRetryThenDeadLetter(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	ctx := context.Background()
 	if _, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.>", env.DeadSubj},
 		Storage: jetstream.FileStorage, MaxMsgSize: 2048, Duplicates: time.Second}); err != nil {
@@ -204,7 +204,7 @@ func TestPollRetryThenDeadLetter(t *testing.T) {
 // written while the relay sleeps is published long before the poll
 // interval (20 s here) ends.
 func TestPollNotifyWakesAtOnce(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	cfgConn, err := pgx.ParseConfig(env.PGURL)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestPollNotifyWakesAtOnce(t *testing.T) {
 // stream's duplicate window the rows are still pending; the next batch
 // finds the claim, reads the stream and publishes none of them again.
 func TestPollCommitLostAfterPubAcks(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	env.Exec(`CREATE TABLE refuse_commit (on_ boolean NOT NULL)`)
 	env.Exec(`INSERT INTO refuse_commit VALUES (true)`)
 	env.Exec(`CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -276,25 +276,24 @@ END $$`)
 	env.CheckWith(relaytest.Expect{Polled: true})
 }
 
-// TestPollLeastPrivilege: a role with what migrate --relay-role grants plus
-// the two grants docs/polling.md lists runs the polling relay.
+// TestPollLeastPrivilege: a role with what migrate --source poll
+// --relay-role grants (GrantPollRole) and nothing more runs the polling
+// relay.
 func TestPollLeastPrivilege(t *testing.T) {
-	env := relaytest.NewEnv(t, server)
+	env := pollEnv(t)
 	role := "poll_" + env.Database
 	connCfg, err := pgx.ParseConfig(env.PGURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := migrations.Names{Table: env.Table, Publication: env.Pub}
-	if err := migrations.GrantRole(context.Background(), connCfg, names, role); err != nil {
+	if err := migrations.GrantPollRole(context.Background(), connCfg, names, role); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_, _ = env.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
 		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
 	})
-	env.Exec(`GRANT UPDATE (processed_at, attempts, retry_after, last_error) ON public.outbox_events TO ` + role)
-	env.Exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON public.outbox_relay_poll_claims TO ` + role)
 	cfg := config(t, env)
 	cfg.Relay.PGURL = strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
 	if cfg.Relay.PGURL == env.PGURL {

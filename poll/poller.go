@@ -30,7 +30,7 @@ type Poller struct {
 	reg     prometheus.Registerer
 	log     zerolog.Logger
 	poolCfg *pgxpool.Config
-	q       queries
+	q       queries // set by check: they depend on the table's columns
 	cq      claimQueries
 	class   int32
 	metrics *metrics
@@ -57,7 +57,7 @@ func New(cfg Config, deps relay.Deps) (*Poller, error) {
 		return nil, err
 	}
 	p := &Poller{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg,
-		q: newQueries(cfg.Relay.Table), cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
+		cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
 	starting := errors.New("starting")
 	p.notReady.Store(&starting)
 	return p, nil
@@ -204,8 +204,9 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	}
 }
 
-// check refuses a table without the polling columns, and one a WAL relay
-// reads: it never sets processed_at, so polling would publish everything
+// check refuses a table without the polling columns or without what
+// `migrate --source poll` adds (seq's default, the pending index), and one
+// a WAL relay reads: it never sets processed_at, so polling would publish everything
 // it published again.
 func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 	cfg := p.cfg.Relay
@@ -217,6 +218,8 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("table %s does not exist: run `outbox-relay migrate`", cfg.Table)
 	}
 	p.byteaPayload = cols["payload"] == "bytea"
+	_, hasHeaders := cols[decode.ColumnHeaders]
+	p.q = newQueries(cfg.Table, hasHeaders)
 	var claims bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{cfg.Table.Schema, ClaimsTable}.Sanitize()).Scan(&claims); err != nil {
 		return fmt.Errorf("look for %s: %w", ClaimsTable, err)
@@ -228,6 +231,14 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 		if _, ok := cols[c]; !ok {
 			return fmt.Errorf("table %s has no column %s, which polling needs: run `outbox-relay migrate`", cfg.Table, c)
 		}
+	}
+	names := migrations.Names{Table: cfg.Table}
+	state, err := migrations.ReadPollState(ctx, pool, names)
+	if err != nil {
+		return err
+	}
+	if problem := state.Problem(names); problem != "" {
+		return errors.New(problem)
 	}
 	var nullable []string
 	rows, err := pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass

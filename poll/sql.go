@@ -28,6 +28,8 @@ type queries struct {
 	// held ($1, $2: their type and id), each aggregate's in insertion
 	// order through the index of migration 00007, at most $3 per aggregate
 	// (a batch's share: the aggregates' first rows are what must not wait).
+	// Its last column is the headers column's text, NULL when the table
+	// has none (migration 00006 adds it).
 	pendingRows string
 	// markProcessed sets processed_at on the rows at ctids $1.
 	markProcessed string
@@ -37,8 +39,12 @@ type queries struct {
 	reject string
 }
 
-func newQueries(t decode.Table) queries {
+func newQueries(t decode.Table, hasHeaders bool) queries {
 	q := t.Quoted()
+	headers := "NULL::text"
+	if hasHeaders {
+		headers = "e.headers::text"
+	}
 	return queries{
 		lockAggregates: fmt.Sprintf(`SELECT agg_type, agg_id FROM (
 	SELECT agg_type, agg_id, min(n) AS first FROM (
@@ -55,12 +61,12 @@ LIMIT $3`, q),
 		pendingRows: fmt.Sprintf(`SELECT r.* FROM unnest($1::text[], $2::text[]) AS a(agg_type, agg_id)
 CROSS JOIN LATERAL (
 	SELECT e.ctid::text, e.id::text, e.aggregate_type::text, e.aggregate_id::text, e.event_type::text, e.payload::text,
-		e.created_at::text, e.attempts::text, coalesce(e.retry_after > now(), false)::text, e.seq, e.created_at AS created, e.id AS row_id
+		e.created_at::text, e.attempts::text, coalesce(e.retry_after > now(), false)::text, e.seq, e.created_at AS created, e.id AS row_id, %[3]s
 	FROM %[1]s e
 	WHERE e.processed_at IS NULL AND e.aggregate_type = a.agg_type AND e.aggregate_id = a.agg_id
 	ORDER BY %[2]s LIMIT $3 FOR UPDATE
 ) r
-ORDER BY r.seq NULLS FIRST, r.created, r.row_id`, q, order),
+ORDER BY r.seq NULLS FIRST, r.created, r.row_id`, q, order, headers),
 		markProcessed: fmt.Sprintf(`UPDATE %s SET processed_at = now(), retry_after = NULL WHERE ctid = ANY($1::text[]::tid[])`, q),
 		reject: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2,
 	retry_after = CASE WHEN $4 THEN NULL ELSE now() + make_interval(secs => $3) END,

@@ -22,9 +22,9 @@ import (
 type cli struct {
 	Log logFlags `embed:""`
 
-	Run     runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream."`
+	Run     runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream, or with --source poll read them from the table in batches."`
 	Migrate migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
-	Status  statusCmd  `cmd:"" help:"Show the slot, its lag and the last event in the stream."`
+	Status  statusCmd  `cmd:"" help:"Show the slot (with --source poll, the pending rows), its lag and the last event in the stream."`
 	Dev     devCmd     `cmd:"" help:"Run everything locally: embedded NATS, a throwaway Postgres, the relay and demo orders."`
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
@@ -39,7 +39,8 @@ const description = `Publishes every committed insert of a Postgres outbox table
 JetStream stream, in commit order, with the row id as Nats-Msg-Id. Reads the
 write-ahead log through a dedicated logical replication slot and confirms it
 to Postgres only after JetStream acknowledged the events: nothing committed
-is lost, nothing rolled back is published.`
+is lost, nothing rolled back is published. Where logical replication is not
+available, run --source poll reads the table in batches instead (docs/polling.md).`
 
 func main() {
 	// Run as the nats-server process of bench and the tests, when asked.

@@ -15,8 +15,9 @@ type migrateCmd struct {
 	pgFlags     `embed:""`
 	Table       string `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
 	Publication string `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication to create for the table."`
+	Source      string `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"With poll, also set the table up for run --source poll: seq's default and the pending index (built CONCURRENTLY), and with --relay-role the polling grants. WAL mode does without them: they cost every insert."`
 	Notify      bool   `name:"notify" help:"Also install the NOTIFY trigger that wakes a polling relay (run --source poll) as soon as rows are inserted."`
-	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password) and grant it what the relay needs."`
+	RelayRole   string `name:"relay-role" env:"OUTBOX_RELAY_ROLE" help:"Also create this least-privilege role (LOGIN REPLICATION, no password; with --source poll LOGIN only) and grant it what the relay needs."`
 }
 
 func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
@@ -42,6 +43,13 @@ func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if len(applied) == 0 {
 		log.Info().Msg("database already up to date")
 	}
+	if c.Source == sourcePoll {
+		log.Info().Str("index", names.PendingIndex()).Msg("setting the table up for polling (CREATE INDEX CONCURRENTLY: inserts go on; a large table takes a while)")
+		if err := migrations.InstallPoll(ctx, poolCfg.ConnConfig, names); err != nil {
+			return err
+		}
+		log.Info().Msg("table ready for run --source poll")
+	}
 	if c.Notify {
 		if err := migrations.InstallNotify(ctx, poolCfg.ConnConfig, names); err != nil {
 			return err
@@ -52,7 +60,11 @@ func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if err := replication.CheckName("role", c.RelayRole); err != nil {
 			return fmt.Errorf("--relay-role: %w", err)
 		}
-		if err := migrations.GrantRole(ctx, poolCfg.ConnConfig, names, c.RelayRole); err != nil {
+		grant := migrations.GrantRole
+		if c.Source == sourcePoll {
+			grant = migrations.GrantPollRole
+		}
+		if err := grant(ctx, poolCfg.ConnConfig, names, c.RelayRole); err != nil {
 			return err
 		}
 		log.Info().Str("role", c.RelayRole).Msg("role ready: set its password (ALTER ROLE ... PASSWORD) and allow it in pg_hba.conf for this database")

@@ -20,6 +20,16 @@ var pollArgs = []string{"--source", "poll", "--poll-batch", "200", "--poll-inter
 // logPolling is the polling relay's start-up line.
 const logPolling = "starting outbox relay, polling the table"
 
+// pollEnv is newEnv set up for polling, as a user does it: migrate, then
+// migrate --source poll.
+func pollEnv(t *testing.T, env *relaytest.Env) *relaytest.Env {
+	t.Helper()
+	if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--table", env.Table.String(), "--publication", env.Pub, "--source", "poll"); err != nil {
+		t.Fatalf("migrate --source poll (%v):\n%s", err, out)
+	}
+	return env
+}
+
 // pendingRows counts the rows without processed_at.
 func pendingRows(t *testing.T, env *relaytest.Env) int {
 	t.Helper()
@@ -60,7 +70,7 @@ func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *r
 // duplicate window is 1 s: rows a killed batch claimed are looked up in
 // the stream before they are published again.
 func TestPollFaultRelayKilledRepeatedly(t *testing.T) {
-	env := newEnv(t)
+	env := pollEnv(t, newEnv(t))
 	w, stop := load(t, env)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	const kills = 10
@@ -105,7 +115,7 @@ const logClaimed = "rows claimed by a batch that did not commit"
 // TestPollRefusesWhileSlotExists: a polling relay does not start on a
 // table a WAL relay reads (it would publish everything again).
 func TestPollRefusesWhileSlotExists(t *testing.T) {
-	env := newEnv(t)
+	env := pollEnv(t, newEnv(t))
 	wal := startRelay(t, env)
 	wal.WaitLog(logStreaming, faultWait)
 	poller := startRelay(t, env, pollArgs...)
@@ -118,11 +128,11 @@ func TestPollRefusesWhileSlotExists(t *testing.T) {
 	wal.Drain(30 * time.Second)
 }
 
-// TestWALIgnoresPollBookkeeping: with the polling columns in the table,
+// TestWALIgnoresPollBookkeeping: with the table set up for polling,
 // the WAL relay publishes inserts only: updates of processed_at,
 // attempts, retry_after and last_error reach no one.
 func TestWALIgnoresPollBookkeeping(t *testing.T) {
-	env := newEnv(t)
+	env := pollEnv(t, newEnv(t))
 	relay := startRelay(t, env)
 	relay.WaitLog(logStreaming, faultWait)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
@@ -146,7 +156,7 @@ func TestWALIgnoresPollBookkeeping(t *testing.T) {
 // slot) finds the table and the stream in agreement, and `dlq retry`
 // publishes the row once it is fixed.
 func TestPollDeadLetterListVerifyRetry(t *testing.T) {
-	env := newEnv(t)
+	env := pollEnv(t, newEnv(t))
 	ctx := context.Background()
 	if _, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.>", env.DeadSubj},
 		Storage: jetstream.FileStorage, MaxMsgSize: 2048, Duplicates: time.Second}); err != nil {
@@ -189,7 +199,7 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cluster.Close() })
-	env := relaytest.NewEnv(t, cluster)
+	env := pollEnv(t, relaytest.NewEnv(t, cluster))
 	relay := startRelay(t, env, pollArgs...)
 	relay.WaitLog(logPolling, faultWait)
 	w, stop := load(t, env)
@@ -216,7 +226,7 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 // the polling relay's batch waits through the outage and stores nothing
 // twice.
 func TestPollFaultNATSKilled(t *testing.T) {
-	env := newEnv(t)
+	env := pollEnv(t, newEnv(t))
 	nats := relaytest.StartNATSProcess(t, relayBin, true)
 	env.UseNATS(nats.URL())
 	relay := startRelay(t, env, pollArgs...)

@@ -27,7 +27,8 @@ type statusCmd struct {
 	nameFlags    `embed:""`
 	JSON         bool          `name:"json" help:"Print JSON instead of text."`
 	MaxLagBytes  int64         `name:"max-lag-bytes" help:"Exit 1 when the slot holds more unconfirmed WAL than this many bytes (0: not checked)."`
-	MaxLagAge    time.Duration `name:"max-lag-age" help:"Exit 1 when the relay confirms WAL later than this after Postgres wrote it (pg_stat_replication.flush_lag; 0: not checked)."`
+	MaxLagAge    time.Duration `name:"max-lag-age" help:"Exit 1 when the relay confirms WAL later than this after Postgres wrote it (pg_stat_replication.flush_lag; 0: not checked); with --source poll, when the oldest pending row is older."`
+	Source       string        `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"poll: report the table's pending rows (run --source poll) instead of the slot."`
 	FailInactive bool          `name:"fail-inactive" help:"Exit 1 when no relay streams from the slot."`
 	MaxInactive  time.Duration `name:"max-inactive" help:"With --fail-inactive, only once the slot has been inactive this long (Postgres 17+ says since when; earlier versions fail at once)."`
 	Watch        bool          `name:"watch" short:"w" help:"Refresh every --interval until Ctrl-C: a live view on a terminal, one line per interval otherwise."`
@@ -52,6 +53,8 @@ type statusReport struct {
 	StreamLastSeq      uint64             `json:"stream_last_seq"`
 	StreamError        string             `json:"stream_error,omitempty"`
 	LastEvent          *sink.StoredEvent  `json:"last_event,omitempty"`
+	// Poll replaces the slot's fields with --source poll.
+	Poll *pollStatus `json:"poll,omitempty"`
 	// Problems make status exit 1.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -115,13 +118,33 @@ func (c *statusCmd) limits() doctor.SlotLimits {
 // Postgres could not be read.
 func (c *statusCmd) collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, n names) (statusReport, error) {
 	r := statusReport{Slot: n.slot, Stream: n.stream}
+	read := c.readSlot
+	if c.Source == sourcePoll {
+		r.Slot = ""
+		read = c.readPoll
+	}
+	if err := read(ctx, pool, n, &r); err != nil {
+		return r, err
+	}
+	var pending int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` WHERE retried_at IS NULL`).Scan(&pending); err == nil {
+		r.DeadLettersPending = &pending
+	}
+	if nc != nil {
+		readStream(ctx, nc, n, &r)
+	}
+	return r, nil
+}
+
+// readSlot fills in the slot's side of r.
+func (c *statusCmd) readSlot(ctx context.Context, pool *pgxpool.Pool, n names, r *statusReport) error {
 	slot, err := replication.LookupSlot(ctx, pool, n.slot)
 	if err != nil {
-		return r, err
+		return err
 	}
 	health, err := replication.ReadSlotHealth(ctx, pool, n.slot)
 	if err != nil {
-		return r, err
+		return err
 	}
 	r.Exists, r.Active, r.ActivePID, r.LagBytes, r.WALStatus = slot.Exists, slot.Active, slot.ActivePID, slot.LagBytes, slot.WALStatus
 	if slot.Exists {
@@ -137,15 +160,8 @@ func (c *statusCmd) collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Co
 	if rec, err := checkpoint.NewStore(pool, n.table.Schema, n.slot).Load(ctx); err == nil && rec.Exists {
 		r.Record = &rec
 	}
-	var pending int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` WHERE retried_at IS NULL`).Scan(&pending); err == nil {
-		r.DeadLettersPending = &pending
-	}
 	r.Problems = c.limits().SlotProblems(n.slot, slot, health, time.Now())
-	if nc != nil {
-		readStream(ctx, nc, n, &r)
-	}
-	return r, nil
+	return nil
 }
 
 // readStream fills in the stream's side; a missing stream is a problem,
@@ -182,9 +198,12 @@ func readStream(ctx context.Context, nc *nats.Conn, n names, r *statusReport) {
 
 func (r statusReport) print(w io.Writer) {
 	p := func(k, format string, args ...any) { fmt.Fprintf(w, "%-18s %s\n", k, fmt.Sprintf(format, args...)) }
-	if !r.Exists {
+	switch {
+	case r.Poll != nil:
+		p("pending", "%s", r.Poll.line())
+	case !r.Exists:
 		p("slot", "%s (does not exist yet: `outbox-relay run` creates it)", r.Slot)
-	} else {
+	default:
 		p("slot", "%s", r.Slot)
 		if r.Active {
 			p("active", "yes, pid %d", r.ActivePID)

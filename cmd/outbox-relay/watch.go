@@ -77,6 +77,8 @@ func watchFields(s, prev watchSample) [][2]string {
 	}
 	switch {
 	case s.err != nil:
+	case r.Poll != nil:
+		add("pending", "%s", r.Poll.line())
 	case !r.Exists:
 		add("slot", "missing")
 	case r.Active:

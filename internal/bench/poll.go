@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // The seed article's polling relay, for comparison: a transaction selects
@@ -113,6 +115,10 @@ func (b *bench) unprocessed(ctx context.Context, sc scenario) (int, error) {
 // unprocessed again, from its process start until every row is processed,
 // then checks the table against its stream.
 func (b *bench) pollRelay(ctx context.Context, sc scenario) (pollResult, error) {
+	// What `migrate --source poll` adds; the WAL runs before did without.
+	if err := migrations.InstallPoll(ctx, b.pool.Config().ConnConfig, migrations.Names{Table: sc.table, Publication: sc.publication}); err != nil {
+		return pollResult{}, err
+	}
 	if _, err := b.pool.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET processed_at = NULL, attempts = 0, retry_after = NULL`); err != nil {
 		return pollResult{}, err
 	}

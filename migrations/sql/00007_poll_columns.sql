@@ -4,26 +4,22 @@
 -- why it was rejected last (last_error), and seq, the order rows were
 -- inserted in. The table's id is random and created_at is the inserting
 -- transaction's start, so neither orders the rows of one aggregate; seq,
--- taken when the row is inserted, does. Rows inserted before this
--- migration keep seq NULL and come first, in created_at order.
+-- taken when the row is inserted, does. Rows inserted before seq had its
+-- default keep it NULL and come first, in created_at order.
 --
--- Adding nullable columns and a default to an existing table rewrites
--- nothing. The WAL relay reads its columns by name and its publication
--- publishes inserts only, so the polling relay's updates never reach it.
+-- Adding nullable columns without a default rewrites nothing and costs an
+-- insert nothing. What would cost every insert -- seq's default (nextval)
+-- and the polling relay's partial index, which in WAL mode, where
+-- processed_at stays NULL, would cover the whole table -- is added only
+-- for polling, by `outbox-relay migrate --source poll` (migrations/poll.go,
+-- with CREATE INDEX CONCURRENTLY, which goose's transaction cannot run).
+-- The WAL relay reads its columns by name and its publication publishes
+-- inserts only, so the polling relay's updates never reach it.
 -- +goose Up
-CREATE SEQUENCE IF NOT EXISTS {{.SeqSequence}};
 ALTER TABLE {{.Table}}
     ADD COLUMN IF NOT EXISTS seq         BIGINT,
     ADD COLUMN IF NOT EXISTS retry_after TIMESTAMPTZ,
     ADD COLUMN IF NOT EXISTS last_error  TEXT;
-ALTER TABLE {{.Table}} ALTER COLUMN seq SET DEFAULT nextval({{.SeqSequenceLiteral}}::regclass);
-ALTER SEQUENCE {{.SeqSequence}} OWNED BY {{.Table}}.seq;
-
--- The polling relay reads an aggregate's pending rows in insertion order
--- (it finds the aggregates through the created_at index of 00001).
-CREATE INDEX IF NOT EXISTS {{.PendingIndex}}
-    ON {{.Table}} (aggregate_type, aggregate_id, seq NULLS FIRST, created_at, id)
-    WHERE processed_at IS NULL;
 
 -- The rows a polling batch is publishing, written (and committed) before
 -- it publishes them and deleted by the batch's own commit. A claim that
@@ -38,6 +34,7 @@ CREATE TABLE IF NOT EXISTS {{.Schema}}.outbox_relay_poll_claims (
 );
 
 -- +goose Down
+-- Also what `migrate --source poll` added.
 DROP TABLE IF EXISTS {{.Schema}}.outbox_relay_poll_claims;
 DROP INDEX IF EXISTS {{.PendingIndexQualified}};
 ALTER TABLE {{.Table}}
