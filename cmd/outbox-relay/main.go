@@ -21,7 +21,8 @@ import (
 )
 
 type cli struct {
-	Log logFlags `embed:""`
+	Log     logFlags         `embed:""`
+	Version kong.VersionFlag `name:"version" help:"Print the version (module version, VCS revision, Go version) and exit."`
 
 	Run     runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream."`
 	Migrate migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
@@ -47,6 +48,7 @@ func main() {
 		kong.Description(description),
 		kong.UsageOnError(),
 		defaults(),
+		kong.Vars{"version": readBuildInfo().String()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
 	log := c.Log.logger()

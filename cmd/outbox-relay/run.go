@@ -111,6 +111,7 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // outlives the relay's drain, so a scrape sees the final figures.
 func serveRelay(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr string, log zerolog.Logger) error {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(readBuildInfo().collector())
 	health := newHealth()
 	var srv *metricsServer
 	if metricsAddr != "" {
