@@ -50,10 +50,6 @@ type Metrics struct {
 	types   map[string]bool // event_type label values in use
 }
 
-// failureReasons are the reason label values of Failures, created at zero
-// so that rate() and alerts see the series before the first failure.
-var failureReasons = []string{"timeout", "disconnected", "no_responders", "stream_full", "rejected", "server_error", "other"}
-
 // maxEventTypes bounds the event_type label of outbox_events_failed_total:
 // its values come from table rows, and a table with ever new event types
 // must not grow the relay's memory and the Prometheus server's series
@@ -101,11 +97,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event_type"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_events_pending",
-			Help: "Outbox events the relay knows of and has not stored yet (WAL mode: decoded, PubAck not received).",
+			Help: "Outbox events the relay knows of and has not stored in the stream yet.",
 		}),
 		BatchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "outbox_batch_duration_seconds",
-			Help:    "Duration of each outbox batch (WAL mode: one transaction's events, from the first decoded to the last PubAck).",
+			Help:    "Duration of each outbox batch (a transaction's events), from when the relay started on it until all its events were stored.",
 			Buckets: prometheus.DefBuckets,
 		}),
 		CommitToStored: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -119,7 +115,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "outbox_relay_oldest_pending_age_seconds",
 		Help: "Age of the oldest event not yet stored, from its commit (or from when the relay took it, when its commit time is unknown); 0 when none.",
 	}, m.oldestAge)
-	for _, r := range failureReasons {
+	// Every reason failureReason returns, created at zero so that rate()
+	// and alerts see the series before the first failure.
+	for _, r := range []string{"timeout", "disconnected", "no_responders", "stream_full", "rejected", "server_error", "other"} {
 		m.Failures.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Published, m.Duplicates, m.DeadLettered, m.Failures, m.InFlight, m.AckLatency,
