@@ -103,6 +103,17 @@ func (s *Store) RecordDeadLetter(ctx context.Context, eventID, reason string, co
 	return nil
 }
 
+// DeadLettersNotRetried counts the dead letters listed and not retried
+// (`outbox-relay dlq retry` marks them retried), for every relay that
+// records them in this schema.
+func (s *Store) DeadLettersNotRetried(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM `+s.deadLetters+` WHERE retried_at IS NULL`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the dead letters in %s: %w", s.deadLetters, err)
+	}
+	return n, nil
+}
+
 // Load reads the record; Record.Exists is false when there is none.
 func (s *Store) Load(ctx context.Context) (Record, error) {
 	var r Record

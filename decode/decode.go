@@ -66,9 +66,12 @@ type Decoder struct {
 	relations map[uint32]*relation
 	inTxn     bool
 	commitLSN pglogrepl.LSN
-	index     uint32   // of the next event in the transaction, inserts and messages alike
-	values    [][]byte // reused tuple buffer
-	prefix    string   // of logical messages that are events; "" for none
+	// commitTime is the open transaction's commit timestamp, from its
+	// BEGIN: with protocol version 1 the transaction has committed already.
+	commitTime time.Time
+	index      uint32   // of the next event in the transaction, inserts and messages alike
+	values     [][]byte // reused tuple buffer
+	prefix     string   // of logical messages that are events; "" for none
 }
 
 // NewDecoder returns a Decoder that reports inserts into table as events
@@ -133,8 +136,8 @@ func (d *Decoder) begin(r *reader) (Message, error) {
 	if d.inTxn {
 		return Message{}, fmt.Errorf("BEGIN of %s inside the transaction committing at %s", finalLSN, d.commitLSN)
 	}
-	d.inTxn, d.commitLSN, d.index = true, finalLSN, 0
-	return Message{Kind: KindBegin, CommitLSN: finalLSN, CommitTime: pgTime(ts)}, nil
+	d.inTxn, d.commitLSN, d.commitTime, d.index = true, finalLSN, pgTime(ts), 0
+	return Message{Kind: KindBegin, CommitLSN: finalLSN, CommitTime: d.commitTime}, nil
 }
 
 func (d *Decoder) commit(r *reader) (Message, error) {
@@ -183,7 +186,9 @@ func (d *Decoder) insert(r *reader) (Message, error) {
 	}
 	pos := Position{CommitLSN: d.commitLSN, Index: d.index}
 	d.index++
-	return Message{Kind: KindEvent, Event: NewEvent(rel.fields(values), pos)}, nil
+	ev := NewEvent(rel.fields(values), pos)
+	ev.CommitTime = d.commitTime
+	return Message{Kind: KindEvent, Event: ev}, nil
 }
 
 func (d *Decoder) updateOrDelete(tag byte, r *reader) (Message, error) {

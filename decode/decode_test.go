@@ -3,6 +3,7 @@ package decode
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -47,6 +48,11 @@ func TestDecodeTransaction(t *testing.T) {
 		ev.EventType != want.EventType || string(ev.Payload) != string(want.Payload) ||
 		ev.CreatedAt != want.CreatedAt || ev.Position != want.Position || ev.Problem != "" {
 		t.Fatalf("event = %+v\nwant    %+v", ev, want)
+	}
+	// The commit timestamp comes from BEGIN (123456789 µs after 2000-01-01).
+	commitTime := time.Date(2000, 1, 1, 0, 2, 3, 456789000, time.UTC)
+	if !msgs[0].CommitTime.Equal(commitTime) || !ev.CommitTime.Equal(commitTime) || !msgs[3].Event.CommitTime.Equal(commitTime) {
+		t.Fatalf("commit time: BEGIN %v, events %v %v, want %v", msgs[0].CommitTime, ev.CommitTime, msgs[3].Event.CommitTime, commitTime)
 	}
 	if got := msgs[3].Event.Position; got != (Position{CommitLSN: 0x1000, Index: 1}) {
 		t.Fatalf("second event position = %v", got)

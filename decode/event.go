@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -74,6 +75,11 @@ type Event struct {
 	// nil when it has none.
 	Headers  []Header
 	Position Position
+	// CommitTime is when the event's transaction committed, by the Postgres
+	// server's clock (the commit timestamp of the transaction's BEGIN
+	// message); zero when unknown (rows read from the table rather than
+	// the WAL). The relay measures commit-to-stored latency from it.
+	CommitTime time.Time
 	// Problem says why the row cannot be published as an ordinary message
 	// (a NULL column, an id that cannot be a Nats-Msg-Id); empty when it can.
 	Problem string

@@ -68,7 +68,9 @@ func (d *Decoder) message(r *reader) (Message, error) {
 	}
 	pos := Position{CommitLSN: d.commitLSN, Index: d.index}
 	d.index++
-	return Message{Kind: KindEvent, Event: envelopeEvent(content, pos)}, nil
+	ev := envelopeEvent(content, pos)
+	ev.CommitTime = d.commitTime
+	return Message{Kind: KindEvent, Event: ev}, nil
 }
 
 // envelopeEvent builds the Event an envelope describes; see above.

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,11 @@ type pipeline struct {
 	// source is where the relay's messages come from; set once the slot
 	// is taken up (nil before: nothing is read back as the relay's).
 	source *source
+	// batchStart is when the first event of the open transaction
+	// (committing at batchLSN) was decoded; zero when it has none to
+	// publish. Its COMMIT ends the batch (Publisher.EndBatch).
+	batchStart time.Time
+	batchLSN   pglogrepl.LSN
 }
 
 // skip reports whether ev was handed over already or is stored already.
@@ -61,6 +67,9 @@ func (p *pipeline) Event(ev *decode.Event) bool {
 	if p.skip(ev) {
 		return true
 	}
+	if p.batchStart.IsZero() || ev.Position.CommitLSN != p.batchLSN {
+		p.batchStart, p.batchLSN = time.Now(), ev.Position.CommitLSN
+	}
 	seq, ok := p.pub.Offer(ev)
 	if !ok {
 		return false
@@ -71,7 +80,13 @@ func (p *pipeline) Event(ev *decode.Event) bool {
 
 func (p *pipeline) Room() <-chan struct{} { return p.pub.Room() }
 
-func (p *pipeline) Commit(end pglogrepl.LSN) { p.tracker.Commit(end) }
+func (p *pipeline) Commit(end pglogrepl.LSN) {
+	p.tracker.Commit(end)
+	if !p.batchStart.IsZero() {
+		p.pub.EndBatch(p.batchStart)
+		p.batchStart = time.Time{}
+	}
+}
 
 func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
 

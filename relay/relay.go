@@ -124,6 +124,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	monitor := replication.NewMonitor(pool, cfg.Slot, 5*time.Second, log.With().Str("component", "monitor").Logger(), replMetrics)
 	bg.goRun("slot monitor", monitor.Run)
+	dead, err := newDeadLetterGauge(r.reg, st.store, deadLetterEvery, log.With().Str("component", "monitor").Logger())
+	if err != nil {
+		return err
+	}
+	bg.goRun("dead-letter count", dead.Run)
 	bg.goRun("confirmation gate", pipe.gate.Run)
 	r.wal.Store(wal)
 

@@ -13,6 +13,10 @@ type Metrics struct {
 	SlotLagBytes prometheus.Gauge
 	SlotActive   prometheus.Gauge
 	WALStatus    *prometheus.GaugeVec
+	RetainedWAL  prometheus.Gauge
+	// SafeWALSize has no labels; its one series is removed while the
+	// server sets no limit (max_slot_wal_keep_size = -1).
+	SafeWALSize *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -54,7 +58,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "outbox_relay_slot_wal_status",
 			Help: "1 for the slot's current wal_status (reserved, extended, unreserved, lost).",
 		}, []string{"status"}),
+		RetainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_relay_slot_retained_wal_bytes",
+			Help: "pg_current_wal_lsn() - restart_lsn of the slot: WAL the server keeps on disk for it.",
+		}),
+		SafeWALSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_slot_safe_wal_size_bytes",
+			Help: "safe_wal_size of the slot: WAL that can still be written before the slot risks invalidation (max_slot_wal_keep_size); absent when there is no limit.",
+		}, nil),
 	}
-	reg.MustRegister(m.Connected, m.Reconnects, m.Events, m.Ignored, m.Blocked, m.ConfirmedLSN, m.SlotLagBytes, m.SlotActive, m.WALStatus)
+	reg.MustRegister(m.Connected, m.Reconnects, m.Events, m.Ignored, m.Blocked, m.ConfirmedLSN, m.SlotLagBytes, m.SlotActive, m.WALStatus,
+		m.RetainedWAL, m.SafeWALSize)
 	return m
 }

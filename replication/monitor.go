@@ -10,8 +10,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
-// Monitor reports the slot's health as metrics: lag in bytes, whether it
-// is active, its wal_status. It also warns when the slot nears
+// Monitor reports the slot's health as metrics: lag in bytes, the WAL it
+// retains and how much more may be written before it risks invalidation,
+// whether it is active, its wal_status. It also warns when the slot nears
 // invalidation, before events can be lost.
 type Monitor struct {
 	pool     *pgxpool.Pool
@@ -59,6 +60,12 @@ func (m *Monitor) Sample(ctx context.Context) error {
 	}
 	m.metrics.SlotActive.Set(active)
 	m.metrics.SlotLagBytes.Set(float64(info.LagBytes))
+	m.metrics.RetainedWAL.Set(float64(info.RetainedBytes))
+	if info.SafeWALSize != nil {
+		m.metrics.SafeWALSize.WithLabelValues().Set(float64(*info.SafeWALSize))
+	} else {
+		m.metrics.SafeWALSize.Reset()
+	}
 	for _, s := range m.statuses {
 		v := 0.0
 		if s == info.WALStatus {

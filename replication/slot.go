@@ -39,6 +39,13 @@ type SlotInfo struct {
 	WALStatus      string // reserved, extended, unreserved or lost
 	// LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn.
 	LagBytes int64
+	// RetainedBytes is pg_current_wal_lsn() - restart_lsn: the WAL the
+	// server keeps for the slot.
+	RetainedBytes int64
+	// SafeWALSize is how many more bytes of WAL can be written before the
+	// slot is in danger of being invalidated (pg_replication_slots.
+	// safe_wal_size); nil when max_slot_wal_keep_size is -1 (no limit).
+	SafeWALSize *int64
 }
 
 // LookupSlot reads the slot's row in pg_replication_slots.
@@ -48,13 +55,14 @@ func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo,
 		plugin, db, status *string
 		pid                *int32
 		confirmed, restart *pglogrepl.LSN // NULL for a physical or an invalidated slot
-		lag                *int64
+		lag, retained      *int64
 	)
 	err := pool.QueryRow(ctx, `SELECT plugin, database, temporary, active, active_pid,
 			confirmed_flush_lsn, restart_lsn, wal_status,
-			(pg_current_wal_lsn() - confirmed_flush_lsn)::bigint
+			(pg_current_wal_lsn() - confirmed_flush_lsn)::bigint,
+			(pg_current_wal_lsn() - restart_lsn)::bigint, safe_wal_size
 		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&plugin, &db, &info.Temporary, &info.Active, &pid, &confirmed, &restart, &status, &lag)
+		Scan(&plugin, &db, &info.Temporary, &info.Active, &pid, &confirmed, &restart, &status, &lag, &retained, &info.SafeWALSize)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotInfo{}, nil
 	}
@@ -65,7 +73,7 @@ func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo,
 	info.Plugin, info.Database, info.WALStatus = deref(plugin), deref(db), deref(status)
 	info.ActivePID = deref(pid)
 	info.ConfirmedFlush, info.RestartLSN = deref(confirmed), deref(restart)
-	info.LagBytes = deref(lag)
+	info.LagBytes, info.RetainedBytes = deref(lag), deref(retained)
 	return info, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -73,6 +74,64 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 		if err := replication.CheckSlot(info, "logical", "postgres"); err != nil {
 			t.Fatalf("CheckSlot: %v", err)
 		}
+	})
+
+	t.Run("monitor: retained WAL and safe_wal_size", func(t *testing.T) {
+		m := replication.NewMetrics(prometheus.NewRegistry())
+		mon := replication.NewMonitor(pool, "logical", time.Hour, zerolog.Nop(), m)
+		sample := func() float64 {
+			t.Helper()
+			if err := mon.Sample(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return testutil.ToFloat64(m.RetainedWAL)
+		}
+		walLSN := func() pglogrepl.LSN {
+			t.Helper()
+			var lsn pglogrepl.LSN
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+				t.Fatal(err)
+			}
+			return lsn
+		}
+		before := sample()
+		if n := testutil.CollectAndCount(m.SafeWALSize); n != 0 {
+			t.Errorf("safe_wal_size served (%d series) while max_slot_wal_keep_size is -1", n)
+		}
+		from := walLSN()
+		exec(`CREATE TABLE filler AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 20000) g`)
+		written := float64(walLSN() - from)
+		// Each backend rereads the configuration on its own after
+		// pg_reload_conf: sample until the limit shows.
+		served := func(want int) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				sample()
+				n := testutil.CollectAndCount(m.SafeWALSize)
+				if n == want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("safe_wal_size: %d series served, want %d", n, want)
+				}
+			}
+		}
+		exec(`ALTER SYSTEM SET max_slot_wal_keep_size = '64MB'`)
+		exec(`SELECT pg_reload_conf()`)
+		served(1)
+		after := sample()
+		// Nothing reads the slot: its restart_lsn stays, so it retains at
+		// least everything written since.
+		if before < 0 || after-before < written {
+			t.Errorf("retained WAL %v then %v bytes after writing %v", before, after, written)
+		}
+		safe := testutil.ToFloat64(m.SafeWALSize.WithLabelValues())
+		if safe <= 0 || safe > float64(64<<20+16<<20) {
+			t.Errorf("safe_wal_size %v bytes with max_slot_wal_keep_size 64MB", safe)
+		}
+		exec(`ALTER SYSTEM RESET max_slot_wal_keep_size`)
+		exec(`SELECT pg_reload_conf()`)
+		served(0)
 	})
 
 	t.Run("physical slot, NULL positions", func(t *testing.T) {

@@ -169,6 +169,8 @@ type slot struct {
 	streamSeq  uint64 // where the stream holds it, once stored
 	deadStream bool   // stored by the stream of the dead-letter subject, not Config.Stream
 	sentAt     time.Time
+	since      time.Time // commit time, or when offered if unknown: for the oldest-pending age
+	batchStart time.Time // set on the last event of a batch (EndBatch): when the batch started
 	size       int
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
 	bare       bool   // the dead letter was refused too: send it without payload
@@ -238,18 +240,43 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
+	since := ev.CommitTime
+	if since.IsZero() {
+		since = time.Now()
+	}
+	if n == 0 {
+		p.metrics.setOldest(since)
+	}
 	seq = p.next
 	p.next++
 	s := &p.ring[seq&p.mask]
-	*s = slot{seq: seq, ev: *ev, size: size}
+	*s = slot{seq: seq, ev: *ev, size: size, since: since}
 	p.bytes += size
 	send := p.healthy
 	p.mu.Unlock()
 	p.metrics.InFlight.Inc()
+	p.metrics.Pending.Inc()
 	if send {
 		p.sendQueued(false)
 	}
 	return seq, true
+}
+
+// EndBatch marks the newest offered event as the last of a batch (a
+// transaction) that started at start: when it and every event before it
+// are stored, outbox_batch_duration_seconds observes the time since start.
+// Call it from the goroutine that offers.
+func (p *Publisher) EndBatch(start time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last := p.next - 1
+	if last < p.head { // stored and released already (or nothing offered)
+		if last > 0 {
+			p.metrics.BatchDuration.Observe(time.Since(start).Seconds())
+		}
+		return
+	}
+	p.ring[last&p.mask].batchStart = start
 }
 
 // Room is signalled when messages settle and the window has room again.
@@ -537,6 +564,14 @@ func (p *Publisher) storedLocked(s *slot, r reply) {
 		p.metrics.DeadLettered.Inc()
 	default:
 		p.metrics.Published.Inc()
+		if !s.ev.CommitTime.IsZero() {
+			p.metrics.CommitToStored.Observe(sinceCommit(s.ev.CommitTime))
+		}
+	}
+	if s.deadLetter != "" {
+		p.metrics.failed(s.ev.EventType)
+	} else {
+		p.metrics.EventsPublished.Inc()
 	}
 	p.advanceLocked()
 	if !p.healthy {
@@ -558,6 +593,9 @@ func (p *Publisher) advanceLocked() {
 			p.lastStreamSeq = max(p.lastStreamSeq, s.streamSeq)
 		}
 		p.bytes -= s.size
+		if !s.batchStart.IsZero() {
+			p.metrics.BatchDuration.Observe(time.Since(s.batchStart).Seconds())
+		}
 		s.ev = decode.Event{} // let the payload be collected
 		p.head++
 	}
@@ -569,12 +607,19 @@ func (p *Publisher) advanceLocked() {
 	}
 	p.acked.Store(p.head - 1)
 	p.metrics.InFlight.Sub(float64(p.head - start))
+	p.metrics.Pending.Sub(float64(p.head - start))
+	if p.head < p.next {
+		p.metrics.setOldest(p.ring[p.head&p.mask].since)
+	} else {
+		p.metrics.setOldest(time.Time{})
+	}
 	signal(p.room)
 }
 
 // failLocked starts (or continues) an outage.
 func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
+	p.metrics.failed(s.ev.EventType)
 	if !p.healthy {
 		return
 	}

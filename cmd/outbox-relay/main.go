@@ -20,7 +20,8 @@ import (
 )
 
 type cli struct {
-	Log logFlags `embed:""`
+	Log     logFlags         `embed:""`
+	Version kong.VersionFlag `name:"version" help:"Print the version (module version, VCS revision, Go version) and exit."`
 
 	Run     runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream, or with --source poll read them from the table in batches."`
 	Migrate migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
@@ -52,6 +53,7 @@ func main() {
 		kong.UsageOnError(),
 		defaults(),
 		cleanupDefaults(),
+		kong.Vars{"version": readBuildInfo().String()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		// Flag errors exit 2, the usual code for a usage error (kong's own
 		// is 80), as doctor and status document.

@@ -131,6 +131,7 @@ type runner interface {
 // serve runs the relay build returns, with NATS and the metrics server.
 func serve(ctx context.Context, nf natsFlags, metricsAddr string, log zerolog.Logger, build func(relay.Deps) (runner, error)) error {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(readBuildInfo().collector())
 	health := newHealth()
 	var srv *metricsServer
 	if metricsAddr != "" {
