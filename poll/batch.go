@@ -176,6 +176,7 @@ func (b *batcher) plan(rows []row) (take []*row, rejects []rejection) {
 // the rows JetStream stored. When ctx ends it stops offering and waits up
 // to the drain timeout for the rest.
 func (b *batcher) publish(ctx context.Context, take []*row) []*row {
+	started := time.Now()
 	offered := 0
 	for _, r := range take {
 		if ctx.Err() != nil {
@@ -192,6 +193,9 @@ func (b *batcher) publish(ctx context.Context, take []*row) []*row {
 	if offered == 0 {
 		return nil
 	}
+	// outbox_batch_duration_seconds: the batch, from its first publish to
+	// its last PubAck.
+	b.pub.EndBatch(started)
 	dctx, cancel := drainContext(ctx, b.p.drainTimeout())
 	defer cancel()
 	if err := b.pub.Drain(dctx); err != nil {

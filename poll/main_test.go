@@ -95,6 +95,8 @@ func start(t *testing.T, env *relaytest.Env, cfg Config) *running {
 
 // metric returns the value of a counter or gauge without labels (summed
 // over labels), 0 when absent.
+// metric is the sum of the series of name: counters and gauges by value,
+// histograms by their count of observations.
 func (r *running) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := r.reg.Gather()
@@ -107,7 +109,7 @@ func (r *running) metric(t *testing.T, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -80,6 +80,16 @@ func TestPollPublishesAndMarksProcessed(t *testing.T) {
 	if n := r.metric(t, "outbox_relay_events_published_total"); n != 5 {
 		t.Errorf("outbox_relay_events_published_total = %v, want 5", n)
 	}
+	// The article's names mean the same in poll mode.
+	if n := r.metric(t, "outbox_events_published_total"); n != 5 {
+		t.Errorf("outbox_events_published_total = %v, want 5", n)
+	}
+	if n := r.metric(t, "outbox_batch_duration_seconds"); n < 2 {
+		t.Errorf("outbox_batch_duration_seconds observed %v batches, want at least 2", n)
+	}
+	if n := r.metric(t, "outbox_events_pending"); n != 0 {
+		t.Errorf("outbox_events_pending = %v, want 0", n)
+	}
 	res := env.CheckWith(relaytest.Expect{Polled: true})
 	if res.Rows != 5 || len(res.SeqInversions) != 0 {
 		t.Errorf("check: %s", res)
