@@ -2,8 +2,6 @@ package poll
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -25,15 +23,7 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	srv, closeServer, err := relaytest.OpenServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
-	server = srv
-	code := m.Run()
-	closeServer()
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }
 
 // running is a Poller running in the test process.

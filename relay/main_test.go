@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -14,13 +12,5 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	srv, closeServer, err := relaytest.OpenServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
-	server = srv
-	code := m.Run()
-	closeServer()
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }

@@ -2,8 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -26,15 +24,7 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	srv, closeServer, err := relaytest.OpenServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
-	server = srv
-	code := m.Run()
-	closeServer()
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }
 
 // relayConfig is the relay's configuration for env.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -22,15 +21,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	srv, closeServer, err := relaytest.OpenServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
-	server = srv
-	code := m.Run()
-	closeServer()
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }
 
 // newEnv is a test's own database and NATS server.

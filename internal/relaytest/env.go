@@ -350,6 +350,22 @@ func firstLine(s string) string {
 	return s
 }
 
+// RunWithServer is a test binary's TestMain: it opens the Postgres the
+// tests create their databases in (OpenServer) into *srv, runs them, closes
+// the server and exits with their code. Without Postgres the tests fail,
+// never skip.
+func RunWithServer(m *testing.M, srv *Server) {
+	s, closeServer, err := OpenServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	*srv = s
+	code := m.Run()
+	closeServer()
+	os.Exit(code)
+}
+
 // OpenServer returns the Postgres a test binary creates its databases in:
 // OUTBOX_TEST_PG_URL when set, otherwise a private cluster that close
 // removes. Without Postgres server binaries it fails: tests never skip.

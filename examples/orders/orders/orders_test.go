@@ -2,8 +2,6 @@ package orders_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -18,15 +16,7 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	srv, closeServer, err := relaytest.OpenServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
-	}
-	server = srv
-	code := m.Run()
-	closeServer()
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }
 
 func newEnv(t *testing.T) *relaytest.Env {
