@@ -119,7 +119,7 @@ func TestCoalescerLoneMessageNotStuck(t *testing.T) {
 	if !co.commitLag(time.Minute) {
 		t.Fatal("did not switch on")
 	}
-	wakeAt := time.Now().Add(time.Minute)
+	wakeAt := time.Now().Add(time.Minute) // the next status update: far
 	blocked := make(chan struct{})
 	go func() {
 		<-blocked
@@ -128,7 +128,11 @@ func TestCoalescerLoneMessageNotStuck(t *testing.T) {
 	buf := make([]byte, 64)
 	start := time.Now()
 	timeouts := 0
+	giveUp := time.Now().Add(30 * time.Second)
 	for {
+		if time.Now().After(giveUp) {
+			t.Fatalf("the 18-byte message was not read in 30s while coalescing (%d read timeouts)", timeouts)
+		}
 		if err := client.SetReadDeadline(co.deadline(time.Now(), wakeAt)); err != nil {
 			t.Fatal(err)
 		}
