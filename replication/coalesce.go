@@ -20,7 +20,13 @@ import (
 // While the relay decodes transactions that committed long ago (a backlog:
 // a few milliseconds more before the next read change nothing, the events
 // waited already), it asks the kernel not to wake it before coalesceBytes
-// are waiting on the socket (SO_RCVLOWAT), or coalesceLinger passed. A
+// are waiting on the socket (SO_RCVLOWAT), or coalesceLinger passed. The
+// mark stays under a quarter of the socket's receive buffer: Linux would
+// otherwise grow the buffer and clamp the TCP window to the mark (a window
+// a segment short of it wakes the relay only at the linger), and fixing
+// the buffer with SO_RCVBUF instead would turn off its autotuning for good
+// (capped by net.core.rmem_max, 208 KiB by default: a small window for a
+// Postgres far away). A
 // non-blocking read still returns whatever is there: only the wait for more
 // is stretched, so no message, however small (a keepalive asking for a
 // reply, an error), waits longer than coalesceLinger. Near the end of the
@@ -33,7 +39,6 @@ import (
 // coalescing stops there, at the latest one linger after the backlog's end.
 const (
 	coalesceBytes  = 128 << 10
-	coalesceBuffer = 1 << 20 // SO_RCVBUF while coalescing (Linux doubles it)
 	coalesceLinger = 20 * time.Millisecond
 	// Coalesce from a commit lag of coalesceOnLag; stop below coalesceOffLag.
 	coalesceOnLag  = 250 * time.Millisecond
@@ -45,7 +50,7 @@ const (
 type coalescer struct {
 	raw      syscall.RawConn // nil when the connection is not TCP
 	on       bool
-	bufSet   bool
+	lowat    int       // the low-water mark while on
 	lingerAt time.Time // a wait for coalesceBytes ends here
 }
 
@@ -90,17 +95,12 @@ func (c *coalescer) set(on bool) bool {
 		return false
 	}
 	lowat := 1
-	if on {
-		lowat = coalesceBytes
-	}
 	var serr error
 	err := c.raw.Control(func(fd uintptr) {
-		if on && !c.bufSet {
-			// A receive buffer of its own first: without one, Linux clamps
-			// the window to the low-water mark, and a window that falls a
-			// segment short of it would wake the relay only at the linger.
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, coalesceBuffer)
-			c.bufSet = serr == nil
+		if on {
+			var rcvbuf int
+			rcvbuf, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+			lowat = max(1, min(coalesceBytes, rcvbuf/4))
 		}
 		if serr == nil {
 			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, lowat)
@@ -110,7 +110,7 @@ func (c *coalescer) set(on bool) bool {
 		// Reading a message at a time is slower, never wrong.
 		return false
 	}
-	c.on = on
+	c.on, c.lowat = on, lowat
 	c.lingerAt = time.Time{}
 	return true
 }

@@ -34,7 +34,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return client, server
 }
 
-func rcvLowat(t *testing.T, c net.Conn) int {
+func sockopt(t *testing.T, c net.Conn, opt int) int {
 	t.Helper()
 	raw, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
@@ -43,7 +43,7 @@ func rcvLowat(t *testing.T, c net.Conn) int {
 	var v int
 	var gerr error
 	if err := raw.Control(func(fd uintptr) {
-		v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT)
+		v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, opt)
 	}); err != nil || gerr != nil {
 		t.Fatal(err, gerr)
 	}
@@ -52,10 +52,12 @@ func rcvLowat(t *testing.T, c net.Conn) int {
 
 // The coalescer switches on only for a commit lag of coalesceOnLag or
 // more, off below coalesceOffLag or on a keepalive, and the socket's
-// low-water mark follows.
+// low-water mark follows: while on, at most coalesceBytes and a quarter of
+// the receive buffer, whose size the coalescer leaves to the kernel.
 func TestCoalescerSwitches(t *testing.T) {
 	client, _ := tcpPair(t)
 	co := newCoalescer(client)
+	rcvbuf := sockopt(t, client, syscall.SO_RCVBUF)
 	steps := []struct {
 		lag     time.Duration
 		off     bool // a keepalive instead of a commit lag
@@ -84,10 +86,13 @@ func TestCoalescerSwitches(t *testing.T) {
 		}
 		want := 1
 		if s.on {
-			want = coalesceBytes
+			want = min(coalesceBytes, rcvbuf/4)
 		}
-		if got := rcvLowat(t, client); got != want {
-			t.Fatalf("step %d: SO_RCVLOWAT %d, want %d", i, got, want)
+		if got := sockopt(t, client, syscall.SO_RCVLOWAT); got != want || want < 1 || (s.on && want < 16<<10) {
+			t.Fatalf("step %d: SO_RCVLOWAT %d, want %d (receive buffer %d)", i, got, want, rcvbuf)
+		}
+		if got := sockopt(t, client, syscall.SO_RCVBUF); got < rcvbuf {
+			t.Fatalf("step %d: receive buffer %d, was %d", i, got, rcvbuf)
 		}
 	}
 }

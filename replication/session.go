@@ -180,7 +180,7 @@ func (s *session) armRead(ctx context.Context) {
 // coalesced logs a switch of the coalescing of reads.
 func (s *session) coalesced(switched bool, lsn pglogrepl.LSN) {
 	if switched {
-		s.log.Debug().Bool("coalescing", s.co.on).Str("lsn", lsn.String()).Msg("reading the replication stream in batches: on while far behind")
+		s.log.Debug().Bool("coalescing", s.co.on).Int("low_water_bytes", s.co.lowat).Str("lsn", lsn.String()).Msg("reading the replication stream in batches: on while far behind")
 	}
 }
 
