@@ -101,6 +101,8 @@ type session struct {
 	statusEvery   time.Duration // longest time between status updates (see statusEvery)
 	serverEnd     pglogrepl.LSN // WAL end in the server's last keepalive
 	ignored       map[string]bool
+	co            *coalescer // reads in batches while a backlog drains
+	readDeadline  time.Time  // the read deadline set last
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -110,6 +112,7 @@ func (s *session) run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = netConn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	s.lastRecv = time.Now()
+	s.co = newCoalescer(netConn)
 	for {
 		if ctx.Err() != nil {
 			return s.finish()
@@ -117,6 +120,7 @@ func (s *session) run(ctx context.Context) error {
 		if err := s.tick(ctx, false); err != nil {
 			return err
 		}
+		s.armRead(ctx)
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) || isTimeout(err) {
@@ -160,6 +164,27 @@ func (s *session) checkAlive(now time.Time) error {
 	return nil
 }
 
+// armRead sets the read deadline for the next receive: the next status
+// update, or sooner the end of a coalescing wait.
+func (s *session) armRead(ctx context.Context) {
+	at := s.wakeAt
+	if s.co.on {
+		at = s.co.deadline(time.Now(), s.wakeAt)
+	}
+	if at.Equal(s.readDeadline) || ctx.Err() != nil {
+		return
+	}
+	s.readDeadline = at
+	_ = s.conn.Conn().SetReadDeadline(at)
+}
+
+// coalesced logs a switch of the coalescing of reads.
+func (s *session) coalesced(switched bool, lsn pglogrepl.LSN) {
+	if switched {
+		s.log.Debug().Bool("coalescing", s.co.on).Int("low_water_bytes", s.co.lowat).Str("lsn", lsn.String()).Msg("reading the replication stream in batches: on while far behind")
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -180,6 +205,8 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			s.h.Idle(ka.ServerWALEnd)
 		}
 		s.serverEnd = ka.ServerWALEnd
+		// The walsender waits for WAL, or for the relay: no backlog here.
+		s.coalesced(s.co.off(), ka.ServerWALEnd)
 		return s.tick(ctx, ka.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -200,6 +227,8 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 			"the relay stops rather than skip a change it cannot read; check the outbox table's definition")
 	}
 	switch m.Kind {
+	case decode.KindBegin:
+		s.coalesced(s.co.commitLag(xld.ServerTime.Sub(m.CommitTime)), xld.WALStart)
 	case decode.KindEvent:
 		s.metrics.Events.Inc()
 		return s.offer(ctx, &m.Event)
@@ -299,9 +328,6 @@ func (s *session) tick(ctx context.Context, replyRequested bool) error {
 		}
 	}
 	s.wakeAt = now.Add(min(confirmGap, s.statusEvery))
-	if ctx.Err() == nil {
-		_ = s.conn.Conn().SetReadDeadline(s.wakeAt)
-	}
 	// A walsender that is shutting down asks for a reply, again and again,
 	// until the client has confirmed everything it sent. Whatever keeps the
 	// relay from confirming (NATS down, the checkpoint tables refusing
@@ -353,6 +379,9 @@ func (s *session) status(flushed pglogrepl.LSN, now time.Time, replyRequested bo
 // DrainTimeout + finalConfirmTimeout, not the minutes TCP takes to give up.
 func (s *session) finish() error {
 	netConn := s.conn.Conn()
+	// The walsender's answer to the final status update is a keepalive of
+	// a few bytes: it must wake the read at once, not at the deadline.
+	s.co.off()
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
 	// A status update must not block on a full socket (a server that
 	// stopped reading) past the drain.

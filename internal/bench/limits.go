@@ -119,8 +119,9 @@ func jetStreamLimit(ctx context.Context, natsURL string, n, payloadSize int) (ti
 	}
 	started := time.Now()
 	for _, m := range msgs {
-		// A loaded machine can keep the window full for longer than the
-		// client's default stall wait (200 ms): wait, as the relay does.
+		// A full window waits for room: on a loaded machine a PubAck can
+		// take longer than the client's default stall wait (200 ms), which
+		// would end the measurement rather than slow it.
 		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
