@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,10 +21,53 @@ import (
 // starts it again on the same store after the stream's duplicate window
 // has passed: every event ends up stored exactly once, in offer order.
 func TestOrderAcrossServerRestart(t *testing.T) {
+	t.Run("Plain", func(t *testing.T) { orderAcrossServerRestart(t, 0) })
+	// After a crash a clustered stream answers publishes once it has a
+	// leader, and reads at times only later. Republishing before the reads
+	// answer would store again what the stream held: recovery waits.
+	t.Run("ReadsAnswerLate", func(t *testing.T) { orderAcrossServerRestart(t, 3*time.Second) })
+}
+
+// unreadable is a stream whose reads (Info, GetMsg) time out until a
+// moment; publishing to it is not affected.
+type unreadable struct {
+	jetstream.Stream
+	until atomic.Int64 // Unix nanoseconds; 0: readable
+}
+
+func (u *unreadable) blocked(ctx context.Context) error {
+	until := u.until.Load()
+	if until == 0 || time.Now().UnixNano() >= until {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (u *unreadable) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	if err := u.blocked(ctx); err != nil {
+		return nil, err
+	}
+	return u.Stream.Info(ctx, opts...)
+}
+
+func (u *unreadable) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	if err := u.blocked(ctx); err != nil {
+		return nil, err
+	}
+	return u.Stream.GetMsg(ctx, seq, opts...)
+}
+
+// orderAcrossServerRestart: JetStream stops with events stored but not
+// acknowledged and the window full, for longer than the dedup window;
+// after its restart, for readsLate, reads of the stream time out. Every
+// event is stored once, in order.
+func orderAcrossServerRestart(t *testing.T, readsLate time.Duration) {
 	const dupWindow = 100 * time.Millisecond // JetStream's smallest
 	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: dupWindow})
 	const window = 64
-	p := e.publisher(t, Config{Window: window, AckTimeout: 2 * time.Second, Stream: e.stream})
+	stream := &unreadable{Stream: e.stream}
+	p := e.publisher(t, Config{Window: window, AckTimeout: time.Second, Stream: stream})
 	gate := gateReplies(t, p, gatePass)
 	run(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -59,13 +103,16 @@ func TestOrderAcrossServerRestart(t *testing.T) {
 	// Not synchronisation: the outage outlasts the duplicate window, so
 	// only the publisher can keep events stored before it from repeating.
 	time.Sleep(2 * dupWindow)
+	if readsLate > 0 {
+		stream.until.Store(time.Now().Add(readsLate).UnixNano())
+	}
 	e.start(t)
 	select {
 	case err := <-published:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(8 * time.Second):
+	case <-time.After(8*time.Second + readsLate):
 		t.Fatalf("still publishing 8s after the restart: %d events unacknowledged, acknowledged through %d", p.Pending(), p.AckedThrough())
 	}
 	drain(t, p, 5*time.Second)

@@ -100,8 +100,23 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.recordDeadLetters(ctx)
 		}
 		p.refreshLimits(ctx)
-		if err := p.reconcile(ctx); errors.Is(err, errConnectionLost) {
+		err := p.reconcile(ctx)
+		switch {
+		case errors.Is(err, errConnectionLost):
 			continue // wait for the connection, then read the stream again
+		case err != nil && unanswered(err) && time.Since(started) < reconcileBudget:
+			// JetStream does not answer reads yet (a stream leader being
+			// elected after a crash): republishing now would store again,
+			// past the dedup window, what the stream already holds.
+			if logs.Allow() {
+				p.log.Warn().Err(err).Int("attempt", attempt).Msg("cannot read the stream yet to find events it already holds; waiting before republishing")
+			}
+			if !p.sleep(ctx, backoff.Next()) {
+				return
+			}
+			continue
+		case err != nil:
+			p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
 		}
 		if p.probe(ctx, status, tick) {
 			p.resume(attempt, time.Since(started))
@@ -114,12 +129,40 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.log.Warn().Err(problem).Int("attempt", attempt).Dur("outage", time.Since(started).Round(time.Millisecond)).
 				Str("hint", Hint(problem)).Msg("JetStream still not accepting the next event; retrying")
 		}
-		select {
-		case <-ctx.Done():
+		if !p.sleep(ctx, backoff.Next()) {
 			return
-		case <-time.After(backoff.Next()):
 		}
 	}
+}
+
+// sleep waits d, or less when ctx ends (then it reports false).
+func (p *Publisher) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// reconcileBudget is how long recovery waits for JetStream to answer the
+// reads that find what it already holds before it republishes anyway,
+// relying on the stream's dedup window: a stream that cannot be read at
+// all (a role without the permission) must not stop the relay forever.
+const reconcileBudget = 2 * time.Minute
+
+// unanswered reports whether a stream read failed for want of an answer
+// (timeouts, no responders, JetStream or the stream's leader not available
+// for now) rather than for a reason that waiting does not cure.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 10008: JetStream system temporarily unavailable; 503: no
+		// responders or no leader yet.
+		return apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled || apiErr.ErrorCode == 10008 || apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // settled reports whether no message is waiting for a reply.
@@ -304,10 +347,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 }
 
 func (p *Publisher) notReconciled(err error) error {
-	if !errors.Is(err, errConnectionLost) {
-		p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
-	}
-	return err
+	return fmt.Errorf("read the stream for events it already holds: %w", err)
 }
 
 // findDeadLetters looks for the dead letters in want in the stream that

@@ -249,7 +249,7 @@ func strictYAML(t *testing.T, where string, doc []byte, v any) {
 func commandEnvs(t *testing.T, name string) map[string]bool {
 	t.Helper()
 	var c cli
-	k, err := kong.New(&c, defaults())
+	k, err := kong.New(&c, vars())
 	if err != nil {
 		t.Fatal(err)
 	}

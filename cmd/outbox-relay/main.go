@@ -43,6 +43,16 @@ to Postgres only after JetStream acknowledged the events: nothing committed
 is lost, nothing rolled back is published. Where logical replication is not
 available, run --source poll reads the table in batches instead (docs/polling.md).`
 
+// vars are the values the flags' ${…} defaults and help texts name.
+func vars() kong.Vars {
+	v := defaults()
+	for name, value := range cleanupDefaults() {
+		v[name] = value
+	}
+	v["version"] = readBuildInfo().String()
+	return v
+}
+
 func main() {
 	// Run as the nats-server process of bench and the tests, when asked.
 	natsproc.ServeIfAsked()
@@ -51,9 +61,7 @@ func main() {
 		kong.Name("outbox-relay"),
 		kong.Description(description),
 		kong.UsageOnError(),
-		defaults(),
-		cleanupDefaults(),
-		kong.Vars{"version": readBuildInfo().String()},
+		vars(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		// Flag errors exit 2, the usual code for a usage error (kong's own
 		// is 80), as doctor and status document.
