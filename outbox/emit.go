@@ -60,24 +60,17 @@ func EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
 // decoded only when tx commits; outside a transaction each statement
 // commits on its own, the dual write the outbox exists to avoid.
 func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
-	cols, err := w.emitColumns(events)
+	cols, err := w.columns(events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, emitSQL, w.prefix, cols[0], cols[1], cols[2], cols[3], cols[4])
+	rows, err := tx.Query(ctx, emitSQL, append([]any{w.prefix}, cols.args(5, nil)...)...)
 	if err != nil {
 		return nil, w.emitErr(err)
 	}
 	defer rows.Close()
-	ids := make([]string, 0, len(events))
-	for rows.Next() {
-		var id, lsn string
-		if err := rows.Scan(&id, &lsn); err != nil {
-			return nil, w.emitErr(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	ids, err := scanIDs(rows, len(events), 2)
+	if err != nil {
 		return nil, w.emitErr(err)
 	}
 	return w.checkEmitted(ids, len(events))
@@ -85,51 +78,23 @@ func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, er
 
 // EmitSQL is Emit for database/sql.
 func (w *Writer) EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
-	cols, err := w.emitColumns(events)
+	cols, err := w.columns(events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, emitSQL, w.prefix,
-		arrayLiteral(cols[0]), arrayLiteral(cols[1]), arrayLiteral(cols[2]), arrayLiteral(cols[3]), arrayLiteral(cols[4]))
+	rows, err := tx.QueryContext(ctx, emitSQL, append([]any{w.prefix}, cols.args(5, arrayLiteral)...)...)
 	if err != nil {
 		return nil, w.emitErr(err)
 	}
 	defer rows.Close()
-	ids := make([]string, 0, len(events))
-	for rows.Next() {
-		var id, lsn string
-		if err := rows.Scan(&id, &lsn); err != nil {
-			return nil, w.emitErr(err)
-		}
-		ids = append(ids, id)
+	ids, err := scanIDs(rows, len(events), 2)
+	if err == nil {
+		err = rows.Close()
 	}
-	if err := rows.Err(); err != nil {
-		return nil, w.emitErr(err)
-	}
-	if err := rows.Close(); err != nil {
+	if err != nil {
 		return nil, w.emitErr(err)
 	}
 	return w.checkEmitted(ids, len(events))
-}
-
-// emitColumns validates events and returns emitSQL's five arrays (the
-// last the headers, "" for none), or nil for no events.
-func (w *Writer) emitColumns(events []Event) (*[5][]string, error) {
-	if len(events) == 0 {
-		return nil, nil
-	}
-	var cols [5][]string
-	for i := range cols {
-		cols[i] = make([]string, len(events))
-	}
-	for i, ev := range events {
-		r, err := prepare(i, ev, w.maxMessage)
-		if err != nil {
-			return nil, err
-		}
-		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i] = r.aggregateType, r.aggregateID, r.eventType, r.payload, r.headers
-	}
-	return &cols, nil
 }
 
 // Prefix returns the prefix of the messages w emits.

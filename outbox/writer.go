@@ -135,24 +135,13 @@ func (w *Writer) Write(ctx context.Context, tx Tx, events ...Event) ([]string, e
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	args := []any{cols.values[0], cols.values[1], cols.values[2], cols.values[3]}
-	if cols.headers {
-		args = append(args, cols.values[4])
-	}
-	rows, err := tx.Query(ctx, w.statement(cols), args...)
+	rows, err := tx.Query(ctx, w.statement(cols), cols.args(cols.width(), nil)...)
 	if err != nil {
 		return nil, w.insertErr(err)
 	}
-	ids := make([]string, 0, len(events))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, w.insertErr(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	defer rows.Close()
+	ids, err := scanIDs(rows, len(events), 1)
+	if err != nil {
 		return nil, w.insertErr(err)
 	}
 	return w.checkIDs(ids, len(events))
@@ -165,34 +154,45 @@ func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]str
 	if err != nil || cols == nil {
 		return nil, err
 	}
-	n := 4
-	if cols.headers {
-		n = 5
-	}
-	args := make([]any, n)
-	for i := range args {
-		args[i] = arrayLiteral(cols.values[i])
-	}
-	rows, err := tx.QueryContext(ctx, w.statement(cols), args...)
+	rows, err := tx.QueryContext(ctx, w.statement(cols), cols.args(cols.width(), arrayLiteral)...)
 	if err != nil {
 		return nil, w.insertErr(err)
 	}
 	defer rows.Close()
-	ids := make([]string, 0, len(events))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, w.insertErr(err)
-		}
-		ids = append(ids, id)
+	ids, err := scanIDs(rows, len(events), 1)
+	if err == nil {
+		err = rows.Close()
 	}
-	if err := rows.Err(); err != nil {
-		return nil, w.insertErr(err)
-	}
-	if err := rows.Close(); err != nil {
+	if err != nil {
 		return nil, w.insertErr(err)
 	}
 	return w.checkIDs(ids, len(events))
+}
+
+// rowScanner is what pgx.Rows and *sql.Rows have in common.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanIDs reads the ids a statement returns in its first column, of width
+// columns (the others, such as Emit's message LSN, are read and dropped).
+func scanIDs(rows rowScanner, want, width int) ([]string, error) {
+	ids := make([]string, 0, want)
+	var id string
+	dest := make([]any, width)
+	dest[0] = &id
+	for i := 1; i < width; i++ {
+		dest[i] = new(any)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // columnArrays are the statement's parallel arrays: aggregate types, ids,
@@ -222,6 +222,29 @@ func (w *Writer) columns(events []Event) (*columnArrays, error) {
 		cols.headers = cols.headers || r.headers != ""
 	}
 	return cols, nil
+}
+
+// width is how many arrays the insert binds: the headers only when some
+// event has them, so that tables without the column keep working.
+func (c *columnArrays) width() int {
+	if c.headers {
+		return 5
+	}
+	return 4
+}
+
+// args are the first n arrays as statement arguments, each passed through
+// as (database/sql takes Postgres array literals) when given.
+func (c *columnArrays) args(n int, as func([]string) string) []any {
+	args := make([]any, n)
+	for i := range args {
+		if as != nil {
+			args[i] = as(c.values[i])
+		} else {
+			args[i] = c.values[i]
+		}
+	}
+	return args
 }
 
 func (w *Writer) statement(cols *columnArrays) string {

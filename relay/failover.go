@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -31,35 +30,15 @@ func (s *starter) checkFailover(ctx context.Context) error {
 	return nil
 }
 
-// ensureFailover makes an existing slot a failover slot. The operator
-// asked for one by --failover, and the slot is not streamed yet (the
-// take-up lock is held, or a session is about to start), so turning it on
-// here (ALTER_REPLICATION_SLOT, idempotent) does what the operator would
-// otherwise have to do by hand before every first start with --failover.
-// A slot another instance streams from is reported (warn) and left alone:
-// the replication session that takes it over makes it a failover slot on
-// its own connection before it streams (replication.Config.Failover).
-func (s *starter) ensureFailover(ctx context.Context, warn bool) error {
+// noteFailover says so at start when the slot is not a failover slot yet
+// and another instance streams from it: this one waits as its standby. The
+// replication session that gets the slot makes it a failover slot, on its
+// own connection before it streams (replication.Config.Failover), so an
+// existing slot is altered in one place whether it is free or taken over.
+func (s *starter) noteFailover(ctx context.Context) error {
 	on, active, err := replication.SlotFailover(ctx, s.pool, s.cfg.Slot)
-	if err != nil || on {
-		return err
+	if err == nil && !on && active {
+		s.log.Warn().Str("slot", s.cfg.Slot).Msg("--failover: the slot is not a failover slot and another process streams from it; this relay makes it one when it takes the slot over")
 	}
-	if active {
-		err = replication.ErrSlotInUse
-	} else {
-		err = replication.EnableFailover(ctx, s.repl, s.cfg.Slot)
-	}
-	if errors.Is(err, replication.ErrSlotInUse) {
-		// Another instance streams from it; this one waits as its standby
-		// and makes the slot a failover slot when it takes over.
-		if warn {
-			s.log.Warn().Err(err).Str("slot", s.cfg.Slot).Msg("--failover: the slot is not a failover slot and another process streams from it; this relay makes it one when it takes the slot over")
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	s.log.Warn().Str("slot", s.cfg.Slot).Msg("--failover: the existing slot was not a failover slot; made it one (ALTER_REPLICATION_SLOT ... (FAILOVER true)): standbys with sync_replication_slots = on copy it from now on")
-	return nil
+	return err
 }

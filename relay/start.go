@@ -68,7 +68,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	s.log.Info().Str("slot", s.cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
 
 	if s.cfg.Failover && slot.Exists && (action == checkpoint.Resume || action == checkpoint.Adopt) {
-		if err := s.ensureFailover(ctx, true); err != nil {
+		if err := s.noteFailover(ctx); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -90,25 +90,11 @@ var ErrSlotInUse = errors.New("the replication slot is in use by another process
 // a slot in use to be released rather than failing.
 const alterWait = 10 * time.Second
 
-// EnableFailover turns an existing slot into a failover slot
-// (ALTER_REPLICATION_SLOT, Postgres 17+). It fails with ErrSlotInUse when
-// another process streams from the slot for longer than alterWait: the
-// command waits for the slot instead of failing, so check that it is not
-// active first.
-func EnableFailover(ctx context.Context, repl *pgconn.Config, slot string) error {
-	if err := CheckName("slot", slot); err != nil {
-		return err
-	}
-	conn, err := pgconn.ConnectConfig(ctx, repl)
-	if err != nil {
-		return fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return enableFailover(ctx, conn, slot)
-}
-
-// enableFailover runs ALTER_REPLICATION_SLOT on a replication connection
-// that does not stream yet; see EnableFailover.
+// enableFailover turns the slot into a failover slot (ALTER_REPLICATION_SLOT,
+// Postgres 17+) on a replication connection that does not stream yet. It
+// fails with ErrSlotInUse when another process streams from the slot for
+// longer than alterWait: the command waits for a slot in use rather than
+// failing, so check that it is not active first.
 func enableFailover(ctx context.Context, conn *pgconn.PgConn, slot string) error {
 	actx, cancel := context.WithTimeout(ctx, alterWait)
 	defer cancel()
