@@ -11,6 +11,10 @@ import (
 // of the outbox table (see InstallNotify).
 func (n Names) NotifyChannel() string { return n.Table.Schema + "." + n.Table.Name }
 
+// NotifyTrigger is the unquoted name of the trigger InstallNotify creates
+// on the outbox table.
+func (n Names) NotifyTrigger() string { return n.Table.Name + "_insert_notify" }
+
 // InstallNotify creates (or replaces) the seed article's LISTEN/NOTIFY
 // wake-up: a trigger that notifies NotifyChannel after each statement that
 // inserts into the outbox table, so that a polling relay publishes new rows
@@ -28,7 +32,7 @@ func InstallNotify(ctx context.Context, conn *pgx.ConnConfig, n Names) error {
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	fn := pgx.Identifier{n.Table.Schema, n.Table.Name + "_notify_insert"}.Sanitize()
-	trigger := pgx.Identifier{n.Table.Name + "_insert_notify"}.Sanitize()
+	trigger := pgx.Identifier{n.NotifyTrigger()}.Sanitize()
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

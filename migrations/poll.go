@@ -2,7 +2,9 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -134,4 +136,26 @@ func InstallPoll(ctx context.Context, conn *pgx.ConnConfig, n Names) error {
 		}
 	}
 	return nil
+}
+
+// PollClaimsDDL returns the CREATE TABLE statement of the polling relay's
+// claims table, as migration 00007 has it, rendered with n: what to run
+// when the table was dropped after the migration (migrate then finds
+// nothing to do).
+func PollClaimsDDL(n Names) (string, error) {
+	fsys, err := Render(n)
+	if err != nil {
+		return "", err
+	}
+	text, err := fs.ReadFile(fsys, "00007_poll_columns.sql")
+	if err != nil {
+		return "", fmt.Errorf("read migration 00007: %w", err)
+	}
+	s := string(text)
+	start := strings.Index(s, "CREATE TABLE IF NOT EXISTS")
+	end := strings.Index(s[max(start, 0):], ");")
+	if start < 0 || end < 0 {
+		return "", errors.New("migration 00007 has no CREATE TABLE of the claims table")
+	}
+	return strings.Join(strings.Fields(s[start:start+end+2]), " "), nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
@@ -18,6 +19,9 @@ type doctorCmd struct {
 	nameFlags      `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`
+	pollFlags      `embed:""`
+	Notify         bool          `name:"notify" help:"With --source poll: the NOTIFY trigger (migrate --notify) must be there."`
+	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"With --source poll: the relay's --ack-timeout, which with --poll-interval the duplicate window must cover."`
 	FailOnWarn     bool          `name:"fail-on-warn" help:"Exit 1 on warnings too."`
 	JSON           bool          `name:"json" help:"Print JSON instead of text."`
 }
@@ -30,6 +34,11 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if err != nil {
 		return withExit(exitUsage, err)
 	}
+	if c.Source == sourcePoll {
+		if err := c.pollFlags.validate(); err != nil {
+			return withExit(exitUsage, err)
+		}
+	}
 	var rep doctor.Report
 	unreachable := false
 	var payload doctor.PGSummary
@@ -37,7 +46,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		unreachable = true
 		rep.Add(doctor.Finding{Check: "postgres.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --pg-url (host, port, user, password, database) and that Postgres accepts this client (pg_hba.conf)"})
 	} else {
-		fs, sum, err := doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
+		fs, sum, err := c.checkPostgres(ctx, pool, n)
 		pool.Close()
 		if err != nil {
 			fs = []doctor.Finding{{Check: "postgres.read", Severity: doctor.Error, Message: err.Error()}}
@@ -50,7 +59,11 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		rep.Add(doctor.Finding{Check: "nats.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --nats-url and the credential and TLS flags (--nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key)"})
 	} else {
 		spec := sink.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
-		fs, err := doctor.CheckNATS(ctx, nc, doctor.NATSOptions{Stream: spec, MaxOutage: c.MaxOutage, Payload: payload})
+		o := doctor.NATSOptions{Stream: spec, MaxOutage: c.MaxOutage, Payload: payload}
+		if c.Source == sourcePoll {
+			o.Poll = &doctor.PollTiming{Interval: c.PollInterval, AckTimeout: c.AckTimeout}
+		}
+		fs, err := doctor.CheckNATS(ctx, nc, o)
 		nc.Close()
 		if err != nil {
 			fs = []doctor.Finding{{Check: "nats.read", Severity: doctor.Error, Message: err.Error()}}
@@ -73,4 +86,12 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return withExit(exitProblem, nil)
 	}
 	return nil
+}
+
+// checkPostgres runs the checks of the relay --source chooses.
+func (c *doctorCmd) checkPostgres(ctx context.Context, pool *pgxpool.Pool, n names) ([]doctor.Finding, doctor.PGSummary, error) {
+	if c.Source == sourcePoll {
+		return doctor.CheckPostgresPoll(ctx, pool, doctor.PollOptions{Table: n.table, Slot: n.slot, Notify: c.Notify, Batch: c.PollBatch, MaxOutage: c.MaxOutage})
+	}
+	return doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
 }

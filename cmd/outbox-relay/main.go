@@ -30,7 +30,7 @@ type cli struct {
 	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
 	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
-	Doctor  doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay; prints each problem with its fix, exits 1 on any error."`
+	Doctor  doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay (with --source poll, for the polling relay); prints each problem with its fix, exits 1 on any error."`
 	Cleanup cleanupCmd `cmd:"" help:"Delete, in batches, rows older than --retention whose events the slot has confirmed; mark processed_at; drop old partitions."`
 
 	Healthcheck healthcheckCmd `cmd:"" help:"Ask a running relay's /readyz (or /healthz with --live) and exit 0 when it answers 200: a container healthcheck."`

@@ -4,6 +4,11 @@
 // functions (tested without servers); the knowledge of what the relay
 // needs stays in the packages that own it (replication.Preflight,
 // sink.CheckStream), which doctor asks rather than repeats.
+//
+// CheckPostgres judges a database for the WAL relay; CheckPostgresPoll for
+// the polling relay (run --source poll), which needs none of the
+// replication settings but the polling setup, the claims table and the
+// rights to update rows and take advisory locks.
 package doctor
 
 import (

@@ -32,6 +32,15 @@ type NATSOptions struct {
 	MaxOutage time.Duration
 	// Payload is what Postgres holds; zero rows when unknown.
 	Payload PGSummary
+	// Poll, when set, is the polling relay's timing (doctor --source
+	// poll): the duplicate window is also checked against it.
+	Poll *PollTiming
+}
+
+// PollTiming is the polling relay's timing the duplicate window must cover.
+type PollTiming struct {
+	// Interval is --poll-interval, AckTimeout --ack-timeout.
+	Interval, AckTimeout time.Duration
 }
 
 type natsFacts struct {
@@ -127,6 +136,9 @@ func natsFindings(f natsFacts, o NATSOptions) []Finding {
 	out = append(out, ok("nats.jetstream", "JetStream is enabled"))
 	out = append(out, streamFindings(f, o)...)
 	out = append(out, duplicateWindowFinding(f, o), replicasFinding(f, o), messageSizeFinding(f, o), syncFinding(f))
+	if o.Poll != nil {
+		out = append(out, pollDuplicateWindowFinding(f, o))
+	}
 	return out
 }
 
