@@ -298,7 +298,7 @@ func TestStandbyRelayRefused(t *testing.T) {
 	if code := relay.Wait(faultWait); code == 0 {
 		t.Fatalf("the relay pointed at a standby exited 0; log:\n%s", relay.Logs())
 	}
-	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write"} {
+	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write", "add --primary-url"} {
 		if !strings.Contains(relay.Logs(), want) {
 			t.Errorf("the relay's refusal does not say %q; log:\n%s", want, relay.Logs())
 		}

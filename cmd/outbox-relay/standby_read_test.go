@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// Reading from a standby (docs/standby.md): Postgres 16+, run with
+//
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run '^TestStandbyRead$' ./cmd/outbox-relay
+
+// standbyReadMajor is the first Postgres major that decodes on a standby.
+const standbyReadMajor = 16
+
+// slowSlotCreate bounds how long creating the slot on the standby may
+// take: without the relay asking the primary for a running-transactions
+// record, the creation waits for the one Postgres writes every 15 s or so
+// (measured 14.6 s, docs/failover.md); with it, about a second.
+const slowSlotCreate = 10 * time.Second
+
+// TestStandbyRead: the relay reads its slot on a hot standby (--pg-url)
+// and keeps its record on the primary (--primary-url) while writers
+// insert on the primary. Rows present before its first start are
+// published from the slot's snapshot on the standby. It is SIGKILLed with
+// publishes in flight and started again: nothing committed is missing,
+// nothing is stored twice (1 s dedup window), commit order holds, and the
+// slot is on the standby, none on the primary. Before that, --primary-url
+// naming the standby is refused.
+func TestStandbyRead(t *testing.T) {
+	pair := relaytest.StartPair(t, relaytest.PairOptions{})
+	if v := pair.Primary.MajorVersion(); v < standbyReadMajor {
+		t.Skipf("needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh 17), as the CI's Postgres 17 step does",
+			standbyReadMajor, v, devenv.BinDirEnv)
+	}
+	env := relaytest.NewEnv(t, pair)
+	ctx := context.Background()
+	standby := openPool(t, pair.Standby.URL(env.Database))
+	primary := pair.Primary.URL(env.Database)
+	env.RelayPG = pair.Standby.URL(env.Database)
+	env.SlotPool = standby
+	before := env.Backlog(300)
+	pair.WaitReplayed()
+
+	wrong := startRelay(t, env, "--primary-url", env.RelayPG)
+	if code := wrong.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with --primary-url naming the standby exited 0; log:\n%s", wrong.Logs())
+	}
+	requireLog(t, wrong, "--primary-url names", 1)
+
+	args := []string{"--primary-url", primary, "--status-interval", "1s"}
+	relay := startRelay(t, env, args...)
+	relay.WaitLog(logStreaming, faultWait)
+	requireLog(t, relay, "reading from a standby", 1)
+	created, ok := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "create_ms")
+	if !ok {
+		t.Fatalf("no slot creation logged; log:\n%s", relay.Logs())
+	}
+	took := time.Duration(created) * time.Millisecond
+	t.Logf("slot created on the standby in %s; %d rows present before the start", took, len(before))
+	if took > slowSlotCreate {
+		t.Errorf("creating the slot on the standby took %s: the relay did not get a running-transactions record from the primary (pg_log_standby_snapshot)", took)
+	}
+
+	w, stop := load(t, env)
+	w.WaitTx(t, 20, faultWait)
+	inFlight(t, env, relay, 1000)
+	relay.Kill()
+	again := startRelay(t, env, args...)
+	again.WaitLog(logStreaming, faultWait)
+	again.WaitLog(logSkipStored, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	res := settle(t, env, again, w, relaytest.Expect{MinTx: 40})
+	if len(res.Missing) > 0 || len(res.Duplicates) > 0 {
+		t.Errorf("reading from the standby: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
+	}
+
+	if n := logicalSlots(t, ctx, standby, env.Slot); n != 1 {
+		t.Errorf("the standby holds %d logical slots named %s, want 1", n, env.Slot)
+	}
+	if n := logicalSlots(t, ctx, env.Pool, ""); n != 0 {
+		t.Errorf("the primary holds %d logical slots, want none", n)
+	}
+}
+
+// logicalSlots counts the server's logical slots (named name, when set).
+func logicalSlots(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical' AND ($1 = '' OR slot_name = $1)`, name).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// openPool opens a pool on url, closed at the end of the test.
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
