@@ -78,8 +78,10 @@ type primaryFlags struct {
 	PrimaryURLFile string `name:"primary-url-file" env:"OUTBOX_PRIMARY_URL_FILE" help:"File holding --primary-url's connection string (a mounted secret), instead of --primary-url."`
 }
 
-// AfterApply reads --primary-url-file, as pgFlags does --pg-url-file.
-func (f *primaryFlags) AfterApply() error {
+// readFile reads --primary-url-file, as pgFlags.AfterApply does
+// --pg-url-file (runCmd.AfterApply calls both: kong finds one promoted
+// AfterApply only).
+func (f *primaryFlags) readFile() error {
 	if f.PrimaryURLFile == "" {
 		return nil
 	}

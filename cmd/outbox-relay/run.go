@@ -27,6 +27,16 @@ type runCmd struct {
 	pollFlags    `embed:""`
 }
 
+// AfterApply reads the connection strings given in files. Both embedded
+// flag sets have one to run: kong calls only a promoted AfterApply, and two
+// would promote none.
+func (c *runCmd) AfterApply() error {
+	if err := c.pgFlags.AfterApply(); err != nil {
+		return err
+	}
+	return c.primaryFlags.readFile()
+}
+
 // relayFlags tune the running relay.
 type relayFlags struct {
 	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"${window}" help:"Most events awaiting a PubAck at once."`

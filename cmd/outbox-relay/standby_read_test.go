@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +74,16 @@ func TestStandbyRead(t *testing.T) {
 	w.WaitTx(t, 20, faultWait)
 	inFlight(t, env, relay, 1000)
 	relay.Kill()
-	again := startRelay(t, env, args...)
+	// Started again with the primary's connection string in a file (a
+	// mounted secret); both at once are refused.
+	file := filepath.Join(t.TempDir(), "primary-url")
+	if err := os.WriteFile(file, []byte(primary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, "run", "--primary-url-file", file, "--primary-url", primary); err == nil || !strings.Contains(out, "both set") {
+		t.Errorf("--primary-url with --primary-url-file (%v):\n%s", err, out)
+	}
+	again := startRelay(t, env, "--primary-url-file", file, "--status-interval", "1s")
 	again.WaitLog(logStreaming, faultWait)
 	again.WaitLog(logSkipStored, faultWait)
 	w.WaitTx(t, 20, faultWait)
