@@ -14,12 +14,22 @@ import (
 
 type doctorCmd struct {
 	pgFlags        `embed:""`
+	primaryFlags   `embed:""`
 	natsFlags      `embed:""`
 	nameFlags      `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`
 	FailOnWarn     bool          `name:"fail-on-warn" help:"Exit 1 on warnings too."`
 	JSON           bool          `name:"json" help:"Print JSON instead of text."`
+}
+
+// AfterApply reads the connection strings given in files (see
+// runCmd.AfterApply).
+func (c *doctorCmd) AfterApply() error {
+	if err := c.pgFlags.AfterApply(); err != nil {
+		return err
+	}
+	return c.primaryFlags.readFile()
 }
 
 // Run checks Postgres and NATS and prints every finding. Exit codes: 0 no
@@ -38,6 +48,9 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		rep.Add(doctor.Finding{Check: "postgres.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --pg-url (host, port, user, password, database) and that Postgres accepts this client (pg_hba.conf)"})
 	} else {
 		fs, sum, err := doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
+		if err == nil {
+			fs = append(fs, c.checkStandby(ctx, pool))
+		}
 		pool.Close()
 		if err != nil {
 			fs = []doctor.Finding{{Check: "postgres.read", Severity: doctor.Error, Message: err.Error()}}

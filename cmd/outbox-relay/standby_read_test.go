@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -99,6 +100,54 @@ func TestStandbyRead(t *testing.T) {
 	if n := logicalSlots(t, ctx, env.Pool, ""); n != 0 {
 		t.Errorf("the primary holds %d logical slots, want none", n)
 	}
+	standbyChecks(t, env, standby, primary)
+}
+
+// standbyChecks: doctor says whether the relay can read from the standby,
+// and a standby without hot_standby_feedback is refused, by doctor and at
+// start, saying how to fix it.
+func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primary string) {
+	t.Helper()
+	const check = "postgres.standby"
+	rep, _, out := runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if len(findingOf(rep, check, doctor.OK)) != 1 {
+		t.Errorf("doctor with --primary-url does not find the standby fit to read from:\n%s", out)
+	}
+	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG)
+	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "--primary-url") {
+		t.Errorf("doctor on the standby without --primary-url does not say to add it:\n%s", out)
+	}
+
+	ctx := context.Background()
+	if _, err := standby.Exec(ctx, `ALTER SYSTEM SET hot_standby_feedback = off`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := standby.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(faultWait)
+	for {
+		var on string
+		if err := standby.QueryRow(ctx, `SELECT current_setting('hot_standby_feedback')`).Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		if on == "off" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hot_standby_feedback still %s %s after the reload", on, faultWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "hot_standby_feedback") {
+		t.Errorf("doctor does not report the standby's hot_standby_feedback off:\n%s", out)
+	}
+	relay := startRelay(t, env, "--primary-url", primary)
+	if code := relay.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay reading from a standby without hot_standby_feedback exited 0; log:\n%s", relay.Logs())
+	}
+	requireLog(t, relay, "SET hot_standby_feedback = on", 1)
 }
 
 // logicalSlots counts the server's logical slots (named name, when set).
@@ -124,4 +173,3 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
-
