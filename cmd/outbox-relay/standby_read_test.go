@@ -65,6 +65,12 @@ func TestStandbyRead(t *testing.T) {
 	if !ok {
 		t.Fatalf("no slot creation logged; log:\n%s", relay.Logs())
 	}
+	// The rows present at the start were read in the snapshot the slot
+	// exported on the standby (CREATE_REPLICATION_SLOT ... SNAPSHOT
+	// 'export' works during recovery).
+	if n, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before) {
+		t.Errorf("the relay published %v rows from the standby's snapshot, want the %d present before its start", n, len(before))
+	}
 	took := time.Duration(created) * time.Millisecond
 	t.Logf("slot created on the standby in %s; %d rows present before the start", took, len(before))
 	if took > slowSlotCreate {
