@@ -102,12 +102,12 @@ func (r *Relay) Ready() error {
 // and returns nil.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg, log := r.cfg, r.log
-	log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
-		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String()).Func(func(e *zerolog.Event) {
-		if r.primaryCfg != nil {
-			e.Str("primary", replication.Describe(&r.primaryCfg.ConnConfig.Config))
-		}
-	}).Msg("starting outbox relay")
+	ev := log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
+		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String())
+	if r.primaryCfg != nil {
+		ev = ev.Str("primary", replication.Describe(&r.primaryCfg.ConnConfig.Config))
+	}
+	ev.Msg("starting outbox relay")
 
 	bg := newGroup(ctx)
 	defer bg.stop()

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -63,6 +64,8 @@ func (s *starter) slotOptions() replication.SlotOptions {
 func (s *starter) nudge(primary *pgxpool.Pool) func(context.Context) {
 	logs := retry.NewLogLimiter()
 	return func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		err := replication.LogStandbySnapshot(ctx, primary)
 		if err != nil && ctx.Err() == nil && logs.Allow() {
 			s.log.Warn().Err(err).Msg("creating the slot on the standby waits for a running-transactions record from the primary, which Postgres writes every 15 s or so; asking for one failed (GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO the relay's role to start faster)")

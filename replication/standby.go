@@ -76,10 +76,22 @@ func inRecovery(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	return in, nil
 }
 
-// sameSystem refuses two servers of different clusters: the record's
-// positions would say nothing about the slot's. A role that may not read
-// pg_control_system() skips the check (it is a safeguard, not a need).
+// sameSystem refuses two servers of different clusters (the record's
+// positions would say nothing about the slot's) and two databases (the
+// record is the slot's database's). A role that may not read
+// pg_control_system() skips the cluster check (it is a safeguard, not a
+// need).
 func sameSystem(ctx context.Context, source, primary Server) error {
+	var dbs [2]string
+	for i, s := range []Server{source, primary} {
+		if err := s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbs[i]); err != nil {
+			return fmt.Errorf("read the database name of %s: %w", s.Where, err)
+		}
+	}
+	if dbs[0] != dbs[1] {
+		return fatal(fmt.Errorf("--pg-url names database %q and --primary-url database %q", dbs[0], dbs[1]),
+			"name the same database in both: the relay keeps its record in the database of its slot")
+	}
 	var ids [2]string
 	for i, s := range []Server{source, primary} {
 		err := s.Pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&ids[i])

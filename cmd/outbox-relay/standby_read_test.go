@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -36,7 +38,7 @@ const slowSlotCreate = 10 * time.Second
 // publishes in flight and started again: nothing committed is missing,
 // nothing is stored twice (1 s dedup window), commit order holds, and the
 // slot is on the standby, none on the primary. Before that, --primary-url
-// naming the standby is refused.
+// naming the standby, or another database, is refused.
 func TestStandbyRead(t *testing.T) {
 	pair := relaytest.StartPair(t, relaytest.PairOptions{})
 	if v := pair.Primary.MajorVersion(); v < standbyReadMajor {
@@ -57,6 +59,11 @@ func TestStandbyRead(t *testing.T) {
 		t.Fatalf("the relay with --primary-url naming the standby exited 0; log:\n%s", wrong.Logs())
 	}
 	requireLog(t, wrong, "--primary-url names", 1)
+	otherDB := startRelay(t, env, "--primary-url", pair.Primary.URL("postgres"))
+	if code := otherDB.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with --primary-url naming another database exited 0; log:\n%s", otherDB.Logs())
+	}
+	requireLog(t, otherDB, "name the same database in both", 1)
 
 	args := []string{"--primary-url", primary, "--status-interval", "1s"}
 	relay := startRelay(t, env, args...)
@@ -101,6 +108,17 @@ func TestStandbyRead(t *testing.T) {
 		t.Errorf("reading from the standby: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
 	}
 
+	// The standby's slot is not beyond the confirm limit recorded on the
+	// primary (plus the slack the relay confirms within).
+	var limit pglogrepl.LSN
+	if err := env.Pool.QueryRow(ctx, `SELECT confirm_limit::text FROM public.outbox_relay_slots WHERE slot_name = $1`, env.Slot).Scan(&limit); err != nil {
+		t.Fatalf("read the relay's record on the primary: %v", err)
+	}
+	if confirmed := env.SlotInfo().ConfirmedFlush; confirmed > limit+checkpoint.Slack {
+		t.Errorf("the standby's slot confirmed %s, beyond the limit %s recorded on the primary (+%d)", confirmed, limit, checkpoint.Slack)
+	} else {
+		t.Logf("the standby's slot confirmed %s; the primary's record allows %s (+%d)", confirmed, limit, checkpoint.Slack)
+	}
 	if n := logicalSlots(t, ctx, standby, env.Slot); n != 1 {
 		t.Errorf("the standby holds %d logical slots named %s, want 1", n, env.Slot)
 	}
