@@ -51,7 +51,7 @@ func TestStandbyRead(t *testing.T) {
 	primary := pair.Primary.URL(env.Database)
 	env.RelayPG = pair.Standby.URL(env.Database)
 	env.SlotPool = standby
-	before := env.Backlog(300)
+	before := env.Backlog(2000)
 	pair.WaitReplayed()
 
 	wrong := startRelay(t, env, "--primary-url", env.RelayPG)
@@ -66,9 +66,11 @@ func TestStandbyRead(t *testing.T) {
 	requireLog(t, otherDB, "name the same database in both", 1)
 
 	args := []string{"--primary-url", primary, "--status-interval", "1s"}
+	stored := interruptTakeUp(t, env, standby, args)
 	relay := startRelay(t, env, args...)
 	relay.WaitLog(logStreaming, faultWait)
 	requireLog(t, relay, "reading from a standby", 1)
+	requireLog(t, relay, "a previous start did not finish publishing the rows present at the slot's creation", 1)
 	created, ok := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "create_ms")
 	if !ok {
 		t.Fatalf("no slot creation logged; log:\n%s", relay.Logs())
@@ -76,8 +78,8 @@ func TestStandbyRead(t *testing.T) {
 	// The rows present at the start were read in the snapshot the slot
 	// exported on the standby (CREATE_REPLICATION_SLOT ... SNAPSHOT
 	// 'export' works during recovery).
-	if n, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before) {
-		t.Errorf("the relay published %v rows from the standby's snapshot, want the %d present before its start", n, len(before))
+	if n, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before)-int(stored) {
+		t.Errorf("the relay published %v rows from the standby's snapshot, want the %d present before its start less the %d stored by the interrupted one", n, len(before), stored)
 	}
 	took := time.Duration(created) * time.Millisecond
 	t.Logf("slot created on the standby in %s; %d rows present before the start", took, len(before))
@@ -180,6 +182,48 @@ func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, prim
 		t.Fatalf("the relay reading from a standby without hot_standby_feedback exited 0; log:\n%s", relay.Logs())
 	}
 	requireLog(t, relay, "SET hot_standby_feedback = on", 1)
+}
+
+// interruptTakeUp starts a relay reading from the standby and kills it
+// during its take-up: its slot created on the standby and recorded on the
+// primary, the rows present then not all published (NATS stopped). It
+// returns how many messages the stream holds then. The next start redoes
+// the take-up: drops the standby's slot, creates a new one, publishes what
+// the stream lacks.
+func interruptTakeUp(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, args []string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	first := startRelay(t, env, args...)
+	record := func(cond string) bool {
+		var ok bool
+		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.outbox_relay_slots WHERE slot_name = $1 AND `+cond+`)`, env.Slot).Scan(&ok)
+		return err == nil && ok
+	}
+	waitUntil(t, "the take-up recorded on the primary", func() bool { return record("true") })
+	env.NATS.Stop()
+	waitUntil(t, "the slot's creation recorded on the primary", func() bool { return record("created_lsn <> '0/0' AND bootstrapped_at IS NULL") })
+	if n := logicalSlots(t, ctx, standby, env.Slot); n != 1 {
+		t.Fatalf("the standby holds %d logical slots named %s during the take-up, want 1", n, env.Slot)
+	}
+	first.Kill()
+	if err := env.NATS.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stored := env.CountStored()
+	t.Logf("take-up interrupted: slot created on the standby, %d messages stored", stored)
+	return stored
+}
+
+// waitUntil polls cond until it holds, for up to faultWait.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(faultWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", faultWait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // logicalSlots counts the server's logical slots (named name, when set).
