@@ -48,15 +48,15 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		rep.Add(doctor.Finding{Check: "postgres.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --pg-url (host, port, user, password, database) and that Postgres accepts this client (pg_hba.conf)"})
 	} else {
 		fs, sum, err := doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
-		if err == nil {
-			fs = append(fs, c.checkStandby(ctx, pool))
-		}
 		pool.Close()
 		if err != nil {
 			fs = []doctor.Finding{{Check: "postgres.read", Severity: doctor.Error, Message: err.Error()}}
 		}
 		rep.Add(fs...)
 		payload = sum
+	}
+	if !unreachable {
+		rep.Add(c.checkStandby(ctx))
 	}
 	if nc, err := connectOnce(ctx, c.natsFlags, "outbox-relay doctor"); err != nil {
 		unreachable = true

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -14,8 +13,13 @@ import (
 // the server must be a primary (the relay writes its record there); with
 // it, --pg-url may be a hot standby the relay reads from (docs/standby.md),
 // and the pair must be what replication.CheckStandbyRead asks for.
-func (c *doctorCmd) checkStandby(ctx context.Context, pool *pgxpool.Pool) doctor.Finding {
+func (c *doctorCmd) checkStandby(ctx context.Context) doctor.Finding {
 	const check = "postgres.standby"
+	pool, err := pingPool(ctx, c.PGURL)
+	if err != nil {
+		return doctor.Finding{Check: check, Severity: doctor.Error, Message: err.Error()}
+	}
+	defer pool.Close()
 	where := replication.Describe(&pool.Config().ConnConfig.Config)
 	if c.PrimaryURL == "" {
 		if err := replication.CheckPrimary(ctx, pool, where); err != nil {
