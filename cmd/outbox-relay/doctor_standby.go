@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
