@@ -19,6 +19,11 @@ type Config struct {
 	// PGURL is an ordinary Postgres connection string; the replication
 	// connection is derived from it.
 	PGURL string
+	// PrimaryURL, when set, names the primary where the relay keeps its
+	// record (take-up record and lock, confirm limit, dead letters) while
+	// PGURL names a hot standby (Postgres 16+) it streams from: the slot,
+	// its snapshot and the slot's monitoring are there. See standby.go.
+	PrimaryURL string
 
 	Slot              string
 	Publication       string
@@ -63,6 +68,8 @@ func (c Config) Validate() error {
 		return errors.New("relay: no subject template")
 	case c.DeadLetterSubject == "":
 		return errors.New("relay: no dead-letter subject")
+	case c.PrimaryURL != "" && c.Failover:
+		return errors.New("relay: --failover with --primary-url: a slot on a standby cannot be a failover slot; drop one of them")
 	}
 	if err := replication.CheckName("slot", c.Slot); err != nil {
 		return fmt.Errorf("relay: slot: %w", err)

@@ -23,14 +23,17 @@ import (
 // Relay is one relay process: it takes up its slot, then streams until its
 // context ends or a fatal error.
 type Relay struct {
-	cfg      Config
-	nc       *nats.Conn
-	reg      prometheus.Registerer
-	log      zerolog.Logger
-	poolCfg  *pgxpool.Config
-	replCfg  *pgconn.Config
-	wal      atomic.Pointer[replication.Stream] // set once streaming can start
-	notReady atomic.Pointer[error]
+	cfg     Config
+	nc      *nats.Conn
+	reg     prometheus.Registerer
+	log     zerolog.Logger
+	poolCfg *pgxpool.Config
+	replCfg *pgconn.Config
+	// primaryCfg is --primary-url's pool (nil without it: the record is
+	// kept in the database the relay streams from).
+	primaryCfg *pgxpool.Config
+	wal        atomic.Pointer[replication.Stream] // set once streaming can start
+	notReady   atomic.Pointer[error]
 }
 
 // Deps are what the relay is given rather than builds: a NATS connection
@@ -58,6 +61,11 @@ func New(cfg Config, deps Deps) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg, replCfg: replCfg}
+	if cfg.PrimaryURL != "" {
+		if r.primaryCfg, err = replication.ParsePrimaryConnString(cfg.PrimaryURL); err != nil {
+			return nil, err
+		}
+	}
 	starting := errors.New("starting")
 	r.notReady.Store(&starting)
 	return r, nil
@@ -94,8 +102,12 @@ func (r *Relay) Ready() error {
 // and returns nil.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg, log := r.cfg, r.log
-	log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
-		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String()).Msg("starting outbox relay")
+	ev := log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
+		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String())
+	if r.primaryCfg != nil {
+		ev = ev.Str("primary", replication.Describe(&r.primaryCfg.ConnConfig.Config))
+	}
+	ev.Msg("starting outbox relay")
 
 	bg := newGroup(ctx)
 	defer bg.stop()
@@ -142,6 +154,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // takenUp is what the start-up protocol leaves for streaming.
 type takenUp struct {
 	pool    *pgxpool.Pool
+	record  *pgxpool.Pool // the primary's, with --primary-url
 	pub     *sink.Publisher
 	starter *starter
 	pipe    *pipeline
@@ -151,6 +164,9 @@ type takenUp struct {
 func (t *takenUp) close() {
 	if t.pub != nil {
 		t.pub.Close()
+	}
+	if t.record != nil {
+		closePool(t.record)
 	}
 	closePool(t.pool)
 }
@@ -193,7 +209,14 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 	if err != nil {
 		return up, err
 	}
-	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
+	record := pool
+	if r.primaryCfg != nil {
+		if up.record, err = OpenPool(ctx, r.primaryCfg, log); err != nil {
+			return up, err
+		}
+		record = up.record
+	}
+	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot)
 	src, err := newSource(ctx, r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
 	if err != nil {
 		return up, err
@@ -210,7 +233,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
 	// The starter reads the stream as this relay's (sink.WithSource).
-	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log}
+	up.starter = &starter{cfg: cfg, pool: pool, record: record, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log}
 	up.pipe, up.action, err = up.starter.start(ctx)
 	if err == nil {
 		up.pipe.source = src

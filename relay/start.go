@@ -31,21 +31,29 @@ import (
 // next instance to start, and a slot whose take-up is unfinished is never
 // streamed.
 type starter struct {
-	cfg     Config
-	pool    *pgxpool.Pool
+	cfg  Config
+	pool *pgxpool.Pool // where the slot is: --pg-url
+	// record is where the relay keeps its record and takes its lock:
+	// pool, or the primary of --primary-url when pool is a standby.
+	record  *pgxpool.Pool
 	repl    *pgconn.Config
 	stream  jetstream.Stream
 	store   *checkpoint.Store
 	pub     *sink.Publisher
 	skipped prometheus.Counter
 	log     zerolog.Logger
+	// standby is set when pool is a hot standby (--primary-url).
+	standby bool
+	// slotWait is how long creating the slot took, until its snapshot
+	// could be read (on a standby: until the primary's WAL let it).
+	slotWait time.Duration
 	// publication is the identity of the publication recorded with the
 	// slot; the confirmation gate compares it with the live one.
 	publication string
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
-	if err := replication.CheckPrimary(ctx, s.pool, replication.Describe(s.repl)); err != nil {
+	if err := s.checkServers(ctx); err != nil {
 		return nil, 0, err
 	}
 	if s.cfg.Failover {
@@ -53,7 +61,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 			return nil, 0, err
 		}
 	}
-	lock, err := lockTakeUp(ctx, s.pool, s.cfg.Slot, s.log)
+	lock, err := lockTakeUp(ctx, s.record, s.cfg.Slot, s.log)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -182,6 +190,7 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 		return 0, err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("lsn", point.String()).Int("published", published).Str("kind", string(t.kind)).Bool("redo", t.redo).
+		Int64("create_ms", s.slotWait.Milliseconds()).
 		Msg("created the replication slot; published the rows the stream needed from the table")
 	return point, nil
 }
@@ -197,7 +206,9 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 		return 0, 0, err
 	}
 	var published int
-	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, replication.SlotOptions{Failover: cfg.Failover}, func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
+	began := time.Now()
+	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, s.slotOptions(), func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
+		s.slotWait = time.Since(began)
 		id, err := s.publicationIdentity(ctx)
 		if err != nil {
 			return err
@@ -283,9 +294,11 @@ func (s *starter) comparePublication(now, recorded string) error {
 // was verified to be in the publication, unchanged since the slot's
 // creation.
 func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
-	var at pglogrepl.LSN
-	if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&at); err != nil {
-		return 0, fmt.Errorf("read the WAL position: %w", err)
+	// On a standby, its replay position: the catalog read next is at
+	// least that recent.
+	at, err := replication.WALPosition(ctx, s.pool)
+	if err != nil {
+		return 0, err
 	}
 	if err := replication.CheckPublication(ctx, s.pool, s.cfg.Table, s.cfg.Publication); err != nil {
 		return 0, err

@@ -45,29 +45,46 @@ func ParseConnString(s string) (regular *pgxpool.Config, repl *pgconn.Config, er
 	if strings.TrimSpace(s) == "" {
 		return nil, nil, fmt.Errorf("no Postgres connection string: set --pg-url or OUTBOX_PG_URL (for example postgres://relay@db:5432/app)")
 	}
-	regular, err = pgxpool.ParseConfig(s)
+	regular, err = parsePool("--pg-url", s)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse --pg-url %s: %w", Redact(s), redactErr(err, s))
+		return nil, nil, err
 	}
 	repl, err = pgconn.ParseConfig(s)
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse --pg-url %s: %w", Redact(s), redactErr(err, s))
 	}
-	regular.MaxConns = 4
-	for _, c := range []*pgconn.Config{&regular.ConnConfig.Config, repl} {
-		for k, v := range sessionParams {
-			if k == "application_name" && c.RuntimeParams[k] != "" {
-				continue // the user named the connection
-			}
-			c.RuntimeParams[k] = v
-		}
-	}
+	setSessionParams(repl)
 	repl.RuntimeParams["replication"] = "database"
 	// WAL arrives as a stream of small messages: read it in large chunks.
 	repl.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
 	}
 	return regular, repl, nil
+}
+
+// ParsePrimaryConnString parses --primary-url: the primary where a relay
+// reading from a standby keeps its record (no replication connection).
+func ParsePrimaryConnString(s string) (*pgxpool.Config, error) {
+	return parsePool("--primary-url", s)
+}
+
+func parsePool(flag, s string) (*pgxpool.Config, error) {
+	regular, err := pgxpool.ParseConfig(s)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s %s: %w", flag, Redact(s), redactErr(err, s))
+	}
+	regular.MaxConns = 4
+	setSessionParams(&regular.ConnConfig.Config)
+	return regular, nil
+}
+
+func setSessionParams(c *pgconn.Config) {
+	for k, v := range sessionParams {
+		if k == "application_name" && c.RuntimeParams[k] != "" {
+			continue // the user named the connection
+		}
+		c.RuntimeParams[k] = v
+	}
 }
 
 // Describe names a connection for logs and errors: user, host, port and

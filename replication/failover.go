@@ -18,6 +18,13 @@ type SlotOptions struct {
 	// standbys with sync_replication_slots = on keep a copy of it, so that
 	// the relay goes on from a promoted standby where it left off.
 	Failover bool
+	// Nudge, when set, is called shortly after the creation starts and
+	// then every second until it ends. A slot created on a standby waits
+	// for a running-transactions record from the primary, which Postgres
+	// writes only every 15 s or so: Nudge asks the primary for one
+	// (pg_log_standby_snapshot, Postgres 16+). Its errors are its own to
+	// report; the creation goes on waiting regardless.
+	Nudge func(context.Context)
 }
 
 // failoverMinVersion is the first server_version_num with failover slots.
@@ -41,15 +48,17 @@ func createReplicationSlot(ctx context.Context, conn *pgconn.PgConn, slot string
 
 // CheckPrimary refuses a standby: the relay writes its record of the slot
 // (and its confirm limit, its dead letters) in the database as it goes, and
-// a standby accepts no writes.
+// a standby accepts no writes. A relay given --primary-url keeps its record
+// there and runs CheckStandbyRead instead.
 func CheckPrimary(ctx context.Context, pool *pgxpool.Pool, where string) error {
 	var inRecovery bool
 	if err := pool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
 		return fmt.Errorf("read whether the server is a standby: %w", err)
 	}
 	if inRecovery {
-		return fatal(fmt.Errorf("the Postgres server at %s is a standby (in recovery): the relay writes its record of the slot into the database as it streams, which a standby refuses, so it streams only from a primary", where),
-			"point --pg-url at the primary; with several hosts (host=a,b) add target_session_attrs=read-write, which also makes the relay follow a promotion (docs/failover.md)")
+		return fatal(fmt.Errorf("the Postgres server at %s is a standby (in recovery): the relay writes its record of the slot into the database as it streams, which a standby refuses", where),
+			"point --pg-url at the primary; with several hosts (host=a,b) add target_session_attrs=read-write, which also makes the relay follow a promotion (docs/failover.md); "+
+				"or, to read from this standby (Postgres 16+), add --primary-url naming the primary, where the relay then keeps its record (docs/standby.md)")
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		SlotLagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_relay_slot_lag_bytes",
-			Help: "pg_current_wal_lsn() - confirmed_flush_lsn of the slot: WAL the relay has not confirmed.",
+			Help: "The server's WAL position (pg_current_wal_lsn(), pg_last_wal_replay_lsn() on a standby) - confirmed_flush_lsn of the slot: WAL the relay has not confirmed.",
 		}),
 		SlotActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_relay_slot_active",
@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"status"}),
 		RetainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_relay_slot_retained_wal_bytes",
-			Help: "pg_current_wal_lsn() - restart_lsn of the slot: WAL the server keeps on disk for it.",
+			Help: "The server's WAL position (pg_current_wal_lsn(), pg_last_wal_replay_lsn() on a standby) - restart_lsn of the slot: WAL the server keeps on disk for it.",
 		}),
 		SafeWALSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_slot_safe_wal_size_bytes",

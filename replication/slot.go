@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -37,15 +38,35 @@ type SlotInfo struct {
 	ConfirmedFlush pglogrepl.LSN
 	RestartLSN     pglogrepl.LSN
 	WALStatus      string // reserved, extended, unreserved or lost
-	// LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn.
+	// LagBytes is the server's WAL position (WALPositionSQL) -
+	// confirmed_flush_lsn.
 	LagBytes int64
-	// RetainedBytes is pg_current_wal_lsn() - restart_lsn: the WAL the
-	// server keeps for the slot.
+	// RetainedBytes is the server's WAL position - restart_lsn: the WAL
+	// the server keeps for the slot.
 	RetainedBytes int64
 	// SafeWALSize is how many more bytes of WAL can be written before the
 	// slot is in danger of being invalidated (pg_replication_slots.
 	// safe_wal_size); nil when max_slot_wal_keep_size is -1 (no limit).
 	SafeWALSize *int64
+}
+
+// WALPositionSQL is the server's WAL position, as far as its slots can be
+// concerned: the insert position on a primary (pg_current_wal_lsn), the
+// replay position on a standby (pg_last_wal_replay_lsn; the former is
+// refused during recovery). A standby replays the primary's WAL, so the
+// positions of both compare as one.
+const WALPositionSQL = `(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)`
+
+// WALPosition reads WALPositionSQL.
+func WALPosition(ctx context.Context, db Querier) (pglogrepl.LSN, error) {
+	var at *pglogrepl.LSN
+	if err := db.QueryRow(ctx, `SELECT `+WALPositionSQL).Scan(&at); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	if at == nil {
+		return 0, errors.New("read the WAL position: the standby has replayed no WAL yet")
+	}
+	return *at, nil
 }
 
 // LookupSlot reads the slot's row in pg_replication_slots.
@@ -59,8 +80,8 @@ func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo,
 	)
 	err := pool.QueryRow(ctx, `SELECT plugin, database, temporary, active, active_pid,
 			confirmed_flush_lsn, restart_lsn, wal_status,
-			(pg_current_wal_lsn() - confirmed_flush_lsn)::bigint,
-			(pg_current_wal_lsn() - restart_lsn)::bigint, safe_wal_size
+			(`+WALPositionSQL+` - confirmed_flush_lsn)::bigint,
+			(`+WALPositionSQL+` - restart_lsn)::bigint, safe_wal_size
 		FROM pg_replication_slots WHERE slot_name = $1`, slot).
 		Scan(&plugin, &db, &info.Temporary, &info.Active, &pid, &confirmed, &restart, &status, &lag, &retained, &info.SafeWALSize)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -116,7 +137,7 @@ func CreateSlot(ctx context.Context, repl *pgconn.Config, pool *pgxpool.Pool, sl
 		return 0, fmt.Errorf("open replication connection to %s: %w", Describe(repl), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	res, err := createReplicationSlot(ctx, conn, slot, opts)
+	res, err := createNudged(ctx, conn, slot, opts)
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == codeConfigLimit {
@@ -140,6 +161,42 @@ func CreateSlot(ctx context.Context, repl *pgconn.Config, pool *pgxpool.Pool, sl
 		return point, err
 	}
 	return point, tx.Commit(ctx)
+}
+
+// nudgeEvery is how often SlotOptions.Nudge is called while a slot is
+// being created; the first call comes after nudgeFirst, once the creation
+// has had time to reserve its WAL (a record logged before that is of no
+// use to it).
+const (
+	nudgeFirst = 200 * time.Millisecond
+	nudgeEvery = time.Second
+)
+
+// createNudged runs createReplicationSlot, calling opts.Nudge meanwhile.
+func createNudged(ctx context.Context, conn *pgconn.PgConn, slot string, opts SlotOptions) (pglogrepl.CreateReplicationSlotResult, error) {
+	if opts.Nudge == nil {
+		return createReplicationSlot(ctx, conn, slot, opts)
+	}
+	nctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(nudgeFirst)
+		defer t.Stop()
+		for {
+			select {
+			case <-nctx.Done():
+				return
+			case <-t.C:
+			}
+			opts.Nudge(nctx)
+			t.Reset(nudgeEvery)
+		}
+	}()
+	res, err := createReplicationSlot(ctx, conn, slot, opts)
+	stop()
+	<-done
+	return res, err
 }
 
 // DropSlot drops the slot, waiting for it to become inactive.

@@ -15,6 +15,7 @@ import (
 
 type doctorCmd struct {
 	pgFlags        `embed:""`
+	primaryFlags   `embed:""`
 	natsFlags      `embed:""`
 	nameFlags      `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
@@ -24,6 +25,15 @@ type doctorCmd struct {
 	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"With --source poll: the relay's --ack-timeout, which with --poll-interval the duplicate window must cover."`
 	FailOnWarn     bool          `name:"fail-on-warn" help:"Exit 1 on warnings too."`
 	JSON           bool          `name:"json" help:"Print JSON instead of text."`
+}
+
+// AfterApply reads the connection strings given in files (see
+// runCmd.AfterApply).
+func (c *doctorCmd) AfterApply() error {
+	if err := c.pgFlags.AfterApply(); err != nil {
+		return err
+	}
+	return c.primaryFlags.readFile()
 }
 
 // Run checks Postgres and NATS and prints every finding. Exit codes: 0 no
@@ -53,6 +63,9 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		}
 		rep.Add(fs...)
 		payload = sum
+	}
+	if !unreachable {
+		rep.Add(c.checkStandby(ctx))
 	}
 	if nc, err := connectOnce(ctx, c.natsFlags, "outbox-relay doctor"); err != nil {
 		unreachable = true

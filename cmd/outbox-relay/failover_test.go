@@ -288,7 +288,9 @@ func requireTimelines(t *testing.T, env *relaytest.Env) {
 // TestStandbyRelayRefused: the relay pointed at a hot standby stops at
 // once and says why and what to do: it writes its record of the slot into
 // the database, which a standby refuses (docs/failover.md, "Reading from a
-// standby"). It creates no slot there. Any Postgres version.
+// standby"), unless --primary-url names the primary (docs/standby.md),
+// which needs Postgres 16+: below 16 that is refused too. It creates no
+// slot there. Any Postgres version.
 func TestStandbyRelayRefused(t *testing.T) {
 	pair := relaytest.StartPair(t, relaytest.PairOptions{})
 	env := relaytest.NewEnv(t, pair)
@@ -298,10 +300,17 @@ func TestStandbyRelayRefused(t *testing.T) {
 	if code := relay.Wait(faultWait); code == 0 {
 		t.Fatalf("the relay pointed at a standby exited 0; log:\n%s", relay.Logs())
 	}
-	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write"} {
+	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write", "add --primary-url"} {
 		if !strings.Contains(relay.Logs(), want) {
 			t.Errorf("the relay's refusal does not say %q; log:\n%s", want, relay.Logs())
 		}
+	}
+	if pair.Primary.MajorVersion() < standbyReadMajor {
+		old := startRelay(t, env, "--primary-url", pair.Primary.URL(env.Database))
+		if code := old.Wait(faultWait); code == 0 {
+			t.Fatalf("the relay reading from a Postgres %d standby exited 0; log:\n%s", pair.Primary.MajorVersion(), old.Logs())
+		}
+		requireLog(t, old, "logical decoding on a standby needs Postgres 16 or later", 1)
 	}
 	var slots int
 	ctx := context.Background()

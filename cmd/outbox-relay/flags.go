@@ -70,6 +70,34 @@ func (f *pgFlags) AfterApply() error {
 	return nil
 }
 
+// primaryFlags name the primary of a standby --pg-url points at: the
+// relay then reads the standby's slot and keeps its record on the primary
+// (docs/standby.md).
+type primaryFlags struct {
+	PrimaryURL     string `name:"primary-url" env:"OUTBOX_PRIMARY_URL" help:"Read from a hot standby (Postgres 16+): --pg-url names the standby, where the slot lives and is read; this names its primary, where the relay keeps its record (take-up, confirm limit, dead letters). See docs/standby.md."`
+	PrimaryURLFile string `name:"primary-url-file" env:"OUTBOX_PRIMARY_URL_FILE" help:"File holding --primary-url's connection string (a mounted secret), instead of --primary-url."`
+}
+
+// readFile reads --primary-url-file, as pgFlags.AfterApply does
+// --pg-url-file (runCmd.AfterApply calls both: kong finds one promoted
+// AfterApply only).
+func (f *primaryFlags) readFile() error {
+	if f.PrimaryURLFile == "" {
+		return nil
+	}
+	if f.PrimaryURL != "" {
+		return errors.New("--primary-url (OUTBOX_PRIMARY_URL) and --primary-url-file (OUTBOX_PRIMARY_URL_FILE) are both set: keep one")
+	}
+	b, err := os.ReadFile(f.PrimaryURLFile)
+	if err != nil {
+		return fmt.Errorf("--primary-url-file: %w", err)
+	}
+	if f.PrimaryURL = strings.TrimSpace(string(b)); f.PrimaryURL == "" {
+		return fmt.Errorf("--primary-url-file %s is empty: it should hold the connection string", f.PrimaryURLFile)
+	}
+	return nil
+}
+
 type natsFlags struct {
 	NATSURL   string `name:"nats-url" env:"OUTBOX_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URLs, comma-separated."`
 	NATSCreds string `name:"nats-creds" env:"OUTBOX_NATS_CREDS" help:"NATS credentials file (JWT and NKey seed)."`

@@ -19,11 +19,22 @@ import (
 )
 
 type runCmd struct {
-	pgFlags    `embed:""`
-	natsFlags  `embed:""`
-	nameFlags  `embed:""`
-	relayFlags `embed:""`
-	pollFlags  `embed:""`
+	pgFlags      `embed:""`
+	primaryFlags `embed:""`
+	natsFlags    `embed:""`
+	nameFlags    `embed:""`
+	relayFlags   `embed:""`
+	pollFlags    `embed:""`
+}
+
+// AfterApply reads the connection strings given in files. Both embedded
+// flag sets have one to run: kong calls only a promoted AfterApply, and two
+// would promote none.
+func (c *runCmd) AfterApply() error {
+	if err := c.pgFlags.AfterApply(); err != nil {
+		return err
+	}
+	return c.primaryFlags.readFile()
 }
 
 // relayFlags tune the running relay.
@@ -70,6 +81,10 @@ func (c *runCmd) config() (relay.Config, error) {
 	}
 	cfg := n.relayConfig()
 	cfg.PGURL = c.PGURL
+	if c.PrimaryURL != "" && c.Source == sourcePoll {
+		return relay.Config{}, errors.New("--primary-url is for --source wal (reading from a standby's slot); the polling relay writes to the table it reads: point --pg-url at the primary")
+	}
+	cfg.PrimaryURL = c.PrimaryURL
 	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, c.WindowBytes, c.AckTimeout
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince

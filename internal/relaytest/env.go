@@ -96,6 +96,10 @@ type Env struct {
 	// instead of the test's own servers (a fault proxy, another server).
 	RelayPG   string
 	RelayNATS string
+	// SlotPool, when set, is where the relay's slot lives (a standby the
+	// relay reads from: see docs/standby.md); SlotInfo and
+	// WaitSlotCaughtUp read the slot there, the WAL position on Pool.
+	SlotPool *pgxpool.Pool
 	// DuplicateWindow is the dedup window of a stream the relay creates
 	// (--duplicate-window): 1 s, so that an event the relay publishes
 	// again is stored twice and the check sees it, where the default two
@@ -304,7 +308,11 @@ func (e *Env) StreamHandle(timeout time.Duration) jetstream.Stream {
 // SlotInfo reads the test slot.
 func (e *Env) SlotInfo() replication.SlotInfo {
 	e.T.Helper()
-	info, err := replication.LookupSlot(context.Background(), e.Pool, e.Slot)
+	pool := e.Pool
+	if e.SlotPool != nil {
+		pool = e.SlotPool
+	}
+	info, err := replication.LookupSlot(context.Background(), pool, e.Slot)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// Reading from a standby (docs/standby.md): Postgres 16+, run with
+//
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run '^TestStandbyRead$' ./cmd/outbox-relay
+
+// standbyReadMajor is the first Postgres major that decodes on a standby.
+const standbyReadMajor = 16
+
+// slowSlotCreate bounds how long creating the slot on the standby may
+// take: without the relay asking the primary for a running-transactions
+// record, the creation waits for the one Postgres writes every 15 s or so
+// (11.6 s measured once with the call removed, docs/standby.md); with
+// it, well under a second.
+const slowSlotCreate = 10 * time.Second
+
+// TestStandbyRead: the relay reads its slot on a hot standby (--pg-url)
+// and keeps its record on the primary (--primary-url) while writers
+// insert on the primary. Rows present before its first start are
+// published from the slot's snapshot on the standby. It is SIGKILLed with
+// publishes in flight and started again: nothing committed is missing,
+// nothing is stored twice (1 s dedup window), commit order holds, and the
+// slot is on the standby, none on the primary. Before that, --primary-url
+// naming the standby, or another database, is refused.
+func TestStandbyRead(t *testing.T) {
+	pair := relaytest.StartPair(t, relaytest.PairOptions{})
+	if v := pair.Primary.MajorVersion(); v < standbyReadMajor {
+		t.Skipf("needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh 17), as the CI's Postgres 17 step does",
+			standbyReadMajor, v, devenv.BinDirEnv)
+	}
+	env := relaytest.NewEnv(t, pair)
+	ctx := context.Background()
+	standby := openPool(t, pair.Standby.URL(env.Database))
+	primary := pair.Primary.URL(env.Database)
+	env.RelayPG = pair.Standby.URL(env.Database)
+	env.SlotPool = standby
+	before := env.Backlog(2000)
+	pair.WaitReplayed()
+
+	wrong := startRelay(t, env, "--primary-url", env.RelayPG)
+	if code := wrong.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with --primary-url naming the standby exited 0; log:\n%s", wrong.Logs())
+	}
+	requireLog(t, wrong, "--primary-url names", 1)
+	otherDB := startRelay(t, env, "--primary-url", pair.Primary.URL("postgres"))
+	if code := otherDB.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with --primary-url naming another database exited 0; log:\n%s", otherDB.Logs())
+	}
+	requireLog(t, otherDB, "name the same database in both", 1)
+
+	args := []string{"--primary-url", primary, "--status-interval", "1s"}
+	stored := interruptTakeUp(t, env, standby, args)
+	relay := startRelay(t, env, args...)
+	relay.WaitLog(logStreaming, faultWait)
+	requireLog(t, relay, "reading from a standby", 1)
+	requireLog(t, relay, "a previous start did not finish publishing the rows present at the slot's creation", 1)
+	created, ok := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "create_ms")
+	if !ok {
+		t.Fatalf("no slot creation logged; log:\n%s", relay.Logs())
+	}
+	// The rows present at the start were read in the snapshot the slot
+	// exported on the standby (CREATE_REPLICATION_SLOT ... SNAPSHOT
+	// 'export' works during recovery).
+	if n, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before)-int(stored) {
+		t.Errorf("the relay published %v rows from the standby's snapshot, want the %d present before its start less the %d stored by the interrupted one", n, len(before), stored)
+	}
+	took := time.Duration(created) * time.Millisecond
+	t.Logf("slot created on the standby in %s; %d rows present before the start", took, len(before))
+	if took > slowSlotCreate {
+		t.Errorf("creating the slot on the standby took %s: the relay did not get a running-transactions record from the primary (pg_log_standby_snapshot)", took)
+	}
+
+	w, stop := load(t, env)
+	w.WaitTx(t, 20, faultWait)
+	inFlight(t, env, relay, 1000)
+	relay.Kill()
+	// Started again with the primary's connection string in a file (a
+	// mounted secret); both at once are refused.
+	file := filepath.Join(t.TempDir(), "primary-url")
+	if err := os.WriteFile(file, []byte(primary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, "run", "--primary-url-file", file, "--primary-url", primary); err == nil || !strings.Contains(out, "both set") {
+		t.Errorf("--primary-url with --primary-url-file (%v):\n%s", err, out)
+	}
+	again := startRelay(t, env, "--primary-url-file", file, "--status-interval", "1s")
+	again.WaitLog(logStreaming, faultWait)
+	again.WaitLog(logSkipStored, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	stop()
+	res := settle(t, env, again, w, relaytest.Expect{MinTx: 40})
+	if len(res.Missing) > 0 || len(res.Duplicates) > 0 {
+		t.Errorf("reading from the standby: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
+	}
+
+	// The standby's slot is not beyond the confirm limit recorded on the
+	// primary (plus the slack the relay confirms within).
+	var limit pglogrepl.LSN
+	if err := env.Pool.QueryRow(ctx, `SELECT confirm_limit::text FROM public.outbox_relay_slots WHERE slot_name = $1`, env.Slot).Scan(&limit); err != nil {
+		t.Fatalf("read the relay's record on the primary: %v", err)
+	}
+	if confirmed := env.SlotInfo().ConfirmedFlush; confirmed > limit+checkpoint.Slack {
+		t.Errorf("the standby's slot confirmed %s, beyond the limit %s recorded on the primary (+%d)", confirmed, limit, checkpoint.Slack)
+	} else {
+		t.Logf("the standby's slot confirmed %s; the primary's record allows %s (+%d)", confirmed, limit, checkpoint.Slack)
+	}
+	if n := logicalSlots(t, ctx, standby, env.Slot); n != 1 {
+		t.Errorf("the standby holds %d logical slots named %s, want 1", n, env.Slot)
+	}
+	if n := logicalSlots(t, ctx, env.Pool, ""); n != 0 {
+		t.Errorf("the primary holds %d logical slots, want none", n)
+	}
+	standbyChecks(t, env, standby, primary)
+}
+
+// standbyChecks: doctor says whether the relay can read from the standby,
+// and a standby without hot_standby_feedback is refused, by doctor and at
+// start, saying how to fix it.
+func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primary string) {
+	t.Helper()
+	const check = "postgres.standby"
+	rep, _, out := runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if len(findingOf(rep, check, doctor.OK)) != 1 {
+		t.Errorf("doctor with --primary-url does not find the standby fit to read from:\n%s", out)
+	}
+	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG)
+	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "--primary-url") {
+		t.Errorf("doctor on the standby without --primary-url does not say to add it:\n%s", out)
+	}
+
+	if out, err := runCLI(t, append(append([]string{"status"}, env.ToolArgs()...), "--pg-url", env.RelayPG)...); err != nil || !strings.Contains(out, env.Slot) {
+		t.Errorf("status against the standby (%v):\n%s", err, out)
+	}
+	if out, err := runCLI(t, append(append([]string{"run", "--source", "poll"}, env.ToolArgs()...), "--primary-url", primary)...); err == nil || !strings.Contains(out, "--primary-url is for --source wal") {
+		t.Errorf("run --source poll --primary-url (%v):\n%s", err, out)
+	}
+
+	ctx := context.Background()
+	if _, err := standby.Exec(ctx, `ALTER SYSTEM SET hot_standby_feedback = off`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := standby.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(faultWait)
+	for {
+		var on string
+		if err := standby.QueryRow(ctx, `SELECT current_setting('hot_standby_feedback')`).Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		if on == "off" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hot_standby_feedback still %s %s after the reload", on, faultWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "hot_standby_feedback") {
+		t.Errorf("doctor does not report the standby's hot_standby_feedback off:\n%s", out)
+	}
+	relay := startRelay(t, env, "--primary-url", primary)
+	if code := relay.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay reading from a standby without hot_standby_feedback exited 0; log:\n%s", relay.Logs())
+	}
+	requireLog(t, relay, "SET hot_standby_feedback = on", 1)
+}
+
+// interruptTakeUp starts a relay reading from the standby and kills it
+// during its take-up: its slot created on the standby and recorded on the
+// primary, the rows present then not all published (NATS stopped). It
+// returns how many messages the stream holds then. The next start redoes
+// the take-up: drops the standby's slot, creates a new one, publishes what
+// the stream lacks.
+func interruptTakeUp(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, args []string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	first := startRelay(t, env, args...)
+	record := func(cond string) bool {
+		var ok bool
+		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.outbox_relay_slots WHERE slot_name = $1 AND `+cond+`)`, env.Slot).Scan(&ok)
+		return err == nil && ok
+	}
+	waitUntil(t, "the take-up recorded on the primary", func() bool { return record("true") })
+	env.NATS.Stop()
+	waitUntil(t, "the slot's creation recorded on the primary", func() bool { return record("created_lsn <> '0/0' AND bootstrapped_at IS NULL") })
+	if n := logicalSlots(t, ctx, standby, env.Slot); n != 1 {
+		t.Fatalf("the standby holds %d logical slots named %s during the take-up, want 1", n, env.Slot)
+	}
+	first.Kill()
+	if err := env.NATS.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stored := env.CountStored()
+	t.Logf("take-up interrupted: slot created on the standby, %d messages stored", stored)
+	return stored
+}
+
+// waitUntil polls cond until it holds, for up to faultWait.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(faultWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", faultWait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logicalSlots counts the server's logical slots (named name, when set).
+func logicalSlots(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical' AND ($1 = '' OR slot_name = $1)`, name).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// openPool opens a pool on url, closed at the end of the test.
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
