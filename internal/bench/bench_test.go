@@ -140,3 +140,15 @@ func TestColdCases(t *testing.T) {
 		t.Errorf("size: %q, %q", size(250), size(4096))
 	}
 }
+
+func TestCPUBoundRatio(t *testing.T) {
+	// The 1-row case of a run at load ~9: the relay's pipeline used 72.6 µs
+	// per event, pg_recvlogical's 36.1; the drain came out at 0.57×.
+	got := cpuBoundRatio(72600*time.Microsecond, 36100*time.Microsecond)
+	if got < 0.49 || got > 0.5 {
+		t.Fatalf("cpuBoundRatio = %.3f, want 36.1/72.6 ≈ 0.497", got)
+	}
+	if got := cpuBoundRatio(0, time.Second); got != 0 {
+		t.Fatalf("cpuBoundRatio with no relay CPU = %v, want 0", got)
+	}
+}
