@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -22,29 +21,23 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	var cluster *devenv.Postgres
-	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
-		server = relaytest.ExternalServer(url)
-	} else {
-		var err error
-		if cluster, err = relaytest.StartCluster(nil); err != nil {
-			fmt.Fprintln(os.Stderr, "FAIL:", err)
-			os.Exit(1)
-		}
-		server = cluster
+	srv, closeServer, err := relaytest.OpenServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
 	}
+	server = srv
 	// The examples read DATABASE_URL, as an application would.
 	db, err := exampleDatabase()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: example database:", err)
+		closeServer()
 		os.Exit(1)
 	}
 	os.Setenv("DATABASE_URL", server.URL(db))
 	code := m.Run()
 	dropDatabase(db)
-	if cluster != nil {
-		cluster.Close()
-	}
+	closeServer()
 	os.Exit(code)
 }
 
