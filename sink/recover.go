@@ -278,6 +278,15 @@ func (p *Publisher) request(ctx context.Context, fn func(context.Context) error)
 	}
 }
 
+// streamInfo reads the stream's info, retried as request retries.
+func (p *Publisher) streamInfo(ctx context.Context) (info *jetstream.StreamInfo, err error) {
+	err = p.request(ctx, func(ctx context.Context) (err error) {
+		info, err = p.cfg.Stream.Info(ctx)
+		return err
+	})
+	return info, err
+}
+
 // reconcile looks in the stream, before anything is republished, for the
 // unacknowledged events it already holds: their PubAcks were lost with a
 // connection, or timed out. Those count as stored and are not sent again,
@@ -310,11 +319,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 	}
 	ctx, stop := p.whileConnected(ctx)
 	defer stop()
-	var info *jetstream.StreamInfo
-	err := p.request(ctx, func(ctx context.Context) (err error) {
-		info, err = p.cfg.Stream.Info(ctx)
-		return err
-	})
+	info, err := p.streamInfo(ctx)
 	if err != nil {
 		return p.notReconciled(err)
 	}
@@ -481,11 +486,7 @@ func (p *Publisher) refreshLimits(ctx context.Context) {
 	}
 	ctx, stop := p.whileConnected(ctx)
 	defer stop()
-	var info *jetstream.StreamInfo
-	err := p.request(ctx, func(ctx context.Context) (err error) {
-		info, err = p.cfg.Stream.Info(ctx)
-		return err
-	})
+	info, err := p.streamInfo(ctx)
 	if err != nil {
 		p.mu.Lock()
 		p.limitsChanged = true // read them on the next round
