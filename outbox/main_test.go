@@ -93,15 +93,5 @@ func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDat
 // tracedPool opens a pool on env's database whose statements c counts.
 func tracedPool(t *testing.T, env *relaytest.Env, c *counter) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(env.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return env.OpenPoolWith(func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c })
 }
