@@ -88,16 +88,9 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 		// Wait for every message on the wire to settle (acknowledged,
 		// refused, timed out or cut off) and for a connection.
 		for !p.settled() || !p.nc.IsConnected() {
-			select {
-			case <-ctx.Done():
+			if !p.awaitEvent(ctx, status, tick) {
 				return
-			case <-status:
-				p.connectionChanged()
-			case now := <-tick:
-				p.expire(now)
-			case <-p.wake:
 			}
-			p.recordDeadLetters(ctx)
 		}
 		p.refreshLimits(ctx)
 		err := p.reconcile(ctx)
@@ -201,17 +194,27 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 		if done {
 			return ok
 		}
-		select {
-		case <-ctx.Done():
+		if !p.awaitEvent(ctx, status, tick) {
 			return false
-		case <-status:
-			p.connectionChanged()
-		case now := <-tick:
-			p.expire(now)
-		case <-p.wake:
 		}
-		p.recordDeadLetters(ctx)
 	}
+}
+
+// awaitEvent waits during recovery for a connection change, a tick or a
+// wake-up, handles it and records the dead letters due; false when ctx
+// ends.
+func (p *Publisher) awaitEvent(ctx context.Context, status <-chan nats.Status, tick <-chan time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-status:
+		p.connectionChanged()
+	case now := <-tick:
+		p.expire(now)
+	case <-p.wake:
+	}
+	p.recordDeadLetters(ctx)
+	return true
 }
 
 // resume ends the outage and sends everything still unacknowledged.
