@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // attempts records when the handler ran for each event.
@@ -59,7 +61,7 @@ func TestAlwaysFailingHandlerTerminatedAndRecorded(t *testing.T) {
 		return nil
 	}
 	f.run(f.consumer("billing", time.Second), h, WithMaxDeliveries(3), WithBackoff(base, time.Second))
-	waitFor(t, 30*time.Second, "both messages settled", func() bool { return f.settled("billing", last) })
+	relaytest.WaitFor(t, 30*time.Second, "both messages settled", func() bool { return f.settled("billing", last) })
 
 	runs := a.of(poison)
 	if len(runs) != 3 {
@@ -119,7 +121,7 @@ func TestRetryThenSuccess(t *testing.T) {
 		return nil
 	}
 	f.run(f.consumer("billing", time.Second), h, WithBackoff(20*time.Millisecond, time.Second))
-	waitFor(t, 30*time.Second, "message settled", func() bool { return f.settled("billing", last) })
+	relaytest.WaitFor(t, 30*time.Second, "message settled", func() bool { return f.settled("billing", last) })
 	if n := len(a.of(id)); n != 3 {
 		t.Fatalf("handler ran %d times, want 3", n)
 	}
@@ -152,7 +154,7 @@ func TestPermanentNoIDAndPanic(t *testing.T) {
 		return nil
 	}
 	f.run(f.consumer("billing", time.Second), h, WithMaxDeliveries(2), WithBackoff(10*time.Millisecond, 10*time.Millisecond))
-	waitFor(t, 30*time.Second, "messages settled", func() bool { return f.settled("billing", noID) })
+	relaytest.WaitFor(t, 30*time.Second, "messages settled", func() bool { return f.settled("billing", noID) })
 
 	if len(a.of(permanent)) != 1 || len(a.of(panicky)) != 2 || len(a.of("")) != 0 {
 		t.Fatalf("handler runs: %v", a.at)
@@ -183,7 +185,7 @@ func TestDuplicateInStream(t *testing.T) {
 	}
 	seen := make(chan string, 10)
 	r := f.run(f.consumer("billing", time.Second), effectHandler("test", seen))
-	waitFor(t, 30*time.Second, "both copies acked", func() bool { return f.settled("billing", second) })
+	relaytest.WaitFor(t, 30*time.Second, "both copies acked", func() bool { return f.settled("billing", second) })
 	if eff := f.effects(); eff[id] != 1 || len(seen) != 1 {
 		t.Fatalf("effects %v, handler runs %d: want 1 and 1", eff, len(seen))
 	}
@@ -202,7 +204,7 @@ func TestConsumersShareTable(t *testing.T) {
 	}
 	f.run(f.consumer("billing", time.Second), effectHandler("billing", nil))
 	f.run(f.consumer("shipping", time.Second), effectHandler("shipping", nil))
-	waitFor(t, 30*time.Second, "both consumers done", func() bool { return f.settled("billing", last) && f.settled("shipping", last) })
+	relaytest.WaitFor(t, 30*time.Second, "both consumers done", func() bool { return f.settled("billing", last) && f.settled("shipping", last) })
 	if n := f.count(`SELECT count(*) FROM (SELECT DISTINCT event_id, handled_by FROM effects) e`); n != 40 {
 		t.Fatalf("%d distinct effects, want 40", n)
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // A consumer process killed with SIGKILL between a handler's commit and
@@ -67,7 +69,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	// A fresh consumer gets the redelivery and everything left.
 	seen := make(chan string, 100)
 	r := f.run(f.consumer(durable, 2*time.Second), effectHandler("fresh", seen))
-	waitFor(t, 30*time.Second, "all events acked", func() bool { return f.settled(durable, last) })
+	relaytest.WaitFor(t, 30*time.Second, "all events acked", func() bool { return f.settled(durable, last) })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

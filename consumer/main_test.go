@@ -8,14 +8,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -37,22 +35,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(childMain())
 	}
-	var cluster *devenv.Postgres
-	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
-		server = relaytest.ExternalServer(url)
-	} else {
-		var err error
-		if cluster, err = relaytest.StartCluster(nil); err != nil {
-			fmt.Fprintln(os.Stderr, "FAIL:", err)
-			os.Exit(1)
-		}
-		server = cluster
-	}
-	code := m.Run()
-	if cluster != nil {
-		cluster.Close()
-	}
-	os.Exit(code)
+	relaytest.RunWithServer(m, &server)
 }
 
 // childMain consumes with the effects handler and kills itself with
@@ -104,17 +87,5 @@ func effectHandler(by string, seen chan<- string) Handler {
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id, handled_by) VALUES ($1, $2)`, m.ID, by)
 		return err
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -2,13 +2,13 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -62,32 +62,9 @@ func TestEmit(t *testing.T) {
 	evs := events(7)
 	evs[0].Payload = map[string]any{"i": 0, "note": `back\slash`}
 	evs[1].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	var ids []string
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := outbox.Emit(ctx, tx, evs[:4]...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids = append(ids, got...)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDBFromPool(env.Pool)
-	t.Cleanup(func() { db.Close() })
-	stx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err = outbox.EmitSQL(ctx, stx, evs[4:]...); err != nil {
-		t.Fatal(err)
-	}
-	ids = append(ids, got...)
-	if err := stx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	ids := commitBoth(t, env,
+		func(tx pgx.Tx) ([]string, error) { return outbox.Emit(ctx, tx, evs[:4]...) },
+		func(tx *sql.Tx) ([]string, error) { return outbox.EmitSQL(ctx, tx, evs[4:]...) })
 	other, err := outbox.NewWriter(outbox.WithMessagePrefix("elsewhere"))
 	if err != nil {
 		t.Fatal(err)

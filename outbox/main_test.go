@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -22,29 +21,23 @@ import (
 var server relaytest.Server
 
 func TestMain(m *testing.M) {
-	var cluster *devenv.Postgres
-	if url := os.Getenv("OUTBOX_TEST_PG_URL"); url != "" {
-		server = relaytest.ExternalServer(url)
-	} else {
-		var err error
-		if cluster, err = relaytest.StartCluster(nil); err != nil {
-			fmt.Fprintln(os.Stderr, "FAIL:", err)
-			os.Exit(1)
-		}
-		server = cluster
+	srv, closeServer, err := relaytest.OpenServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
 	}
+	server = srv
 	// The examples read DATABASE_URL, as an application would.
 	db, err := exampleDatabase()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: example database:", err)
+		closeServer()
 		os.Exit(1)
 	}
 	os.Setenv("DATABASE_URL", server.URL(db))
 	code := m.Run()
 	dropDatabase(db)
-	if cluster != nil {
-		cluster.Close()
-	}
+	closeServer()
 	os.Exit(code)
 }
 
@@ -100,15 +93,5 @@ func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndDat
 // tracedPool opens a pool on env's database whose statements c counts.
 func tracedPool(t *testing.T, env *relaytest.Env, c *counter) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(env.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return env.OpenPoolWith(func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c })
 }

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,6 +74,39 @@ func checkRows(t *testing.T, env *relaytest.Env, evs []outbox.Event, ids []strin
 			t.Fatalf("id %d (%s) holds %+v, want event %+v", i, ids[i], r, ev)
 		}
 	}
+}
+
+// commitBoth writes with viaPgx in a pgx transaction, then with viaSQL in
+// a database/sql one, commits each, and returns the ids both returned, in
+// that order.
+func commitBoth(t *testing.T, env *relaytest.Env, viaPgx func(pgx.Tx) ([]string, error), viaSQL func(*sql.Tx) ([]string, error)) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := env.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := viaPgx(tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(env.Pool)
+	defer db.Close()
+	stx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := viaSQL(stx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return append(ids, more...)
 }
 
 // Write sends one statement for the whole batch, inside the caller's
@@ -311,32 +345,9 @@ func TestWriteHeaders(t *testing.T) {
 	ctx := context.Background()
 	evs := []outbox.Event{valid(), valid()}
 	evs[0].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-note": awkward[0]}
-	var ids []string
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := outbox.Write(ctx, tx, evs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids = append(ids, got...)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDBFromPool(env.Pool)
-	defer db.Close()
-	stx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err = outbox.WriteSQL(ctx, stx, evs...); err != nil {
-		t.Fatal(err)
-	}
-	ids = append(ids, got...)
-	if err := stx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	ids := commitBoth(t, env,
+		func(tx pgx.Tx) ([]string, error) { return outbox.Write(ctx, tx, evs...) },
+		func(tx *sql.Tx) ([]string, error) { return outbox.WriteSQL(ctx, tx, evs...) })
 	for i, id := range ids {
 		var headers *string
 		if err := env.Pool.QueryRow(ctx, `SELECT headers::text FROM outbox_events WHERE id = $1`, id).Scan(&headers); err != nil {

@@ -105,16 +105,11 @@ func (r *running) metric(t *testing.T, name string) float64 {
 	return sum
 }
 
-// waitFor polls cond until it holds or timeout passes.
+// waitFor is relaytest.WaitFor under the name and argument order this
+// package's tests use.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, timeout, what, cond)
 }
 
 // pending counts the rows not processed yet.

@@ -15,11 +15,7 @@ import (
 // tail read) finds no free WAL sender where max_wal_senders leaves one for
 // the relay, and the relay reconnects forever without streaming.
 func TestOneWALSender(t *testing.T) {
-	cluster, err := relaytest.StartCluster(map[string]string{"max_wal_senders": "1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
+	cluster := relaytest.PrivateCluster(t, map[string]string{"max_wal_senders": "1"})
 	env := relaytest.NewEnv(t, cluster)
 	cfg := testConfig(t, env)
 	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)

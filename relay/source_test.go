@@ -41,15 +41,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, repl, err := replication.ParseConnString(env.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := identifySystem(ctx, repl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: env.Slot, Origin: loadRecord(t, env).CreatedLSN}
+	b := relaySource(ctx, t, env)
 	a := sink.Source{System: "1", Timeline: 1, Slot: env.Slot, Origin: b.Origin}
 	earlierTimeline := b
 	earlierTimeline.Timeline++
@@ -63,8 +55,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 		{"relay-a-event", "paid", decode.Position{CommitLSN: commits[0], Index: 1}, a},
 		{"lost-timeline-event", "created", decode.Position{CommitLSN: commits[1], Index: 0}, earlierTimeline},
 	} {
-		ev := &decode.Event{ID: m.id, AggregateType: "order", AggregateID: "1", EventType: m.eventType,
-			CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(`{}`), Position: m.at}
+		ev := orderEvent(m.id, m.eventType, m.at)
 		msg := sink.EventMsg(ev, cfg.Subject.Render(ev))
 		m.src.SetHeaders(msg.Header)
 		if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
@@ -77,7 +68,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 
 	runUntilCaughtUp(t, env, cfg)
 	counts := map[string]int{}
-	err = verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(sink.HeaderMsgID)]++ })
+	err := verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(sink.HeaderMsgID)]++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +108,27 @@ func TestSkipNeedsTheStoredID(t *testing.T) {
 			t.Errorf("event %q at %s: skipped %v, want %v", c.ev.ID, c.ev.Position, got, c.skip)
 		}
 	}
+}
+
+// relaySource is the source the relay under test stamps its messages
+// with: the server's identity, its slot and the slot's first position.
+func relaySource(ctx context.Context, t *testing.T, env *relaytest.Env) sink.Source {
+	t.Helper()
+	_, repl, err := replication.ParseConnString(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := identifySystem(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: env.Slot, Origin: loadRecord(t, env).CreatedLSN}
+}
+
+// orderEvent is an event of order 1 with an empty payload, at a position.
+func orderEvent(id, eventType string, at decode.Position) *decode.Event {
+	return &decode.Event{ID: id, AggregateType: "order", AggregateID: "1", EventType: eventType,
+		CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(`{}`), Position: at}
 }
 
 // commitLSNs returns the commit LSNs of the transactions with outbox
@@ -201,17 +213,8 @@ func TestDeadLetterStoredButNotRecorded(t *testing.T) {
 	commits := commitLSNs(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, repl, err := replication.ParseConnString(env.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := identifySystem(ctx, repl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: env.Slot, Origin: loadRecord(t, env).CreatedLSN}
-	ev := &decode.Event{ID: ids[0], AggregateType: "order", AggregateID: "1", EventType: "created",
-		CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(`{}`), Position: decode.Position{CommitLSN: commits[0]}}
+	src := relaySource(ctx, t, env)
+	ev := orderEvent(ids[0], "created", decode.Position{CommitLSN: commits[0]})
 	msg := sink.EventMsg(ev, cfg.DeadLetterSubject)
 	msg.Header.Set(sink.HeaderMsgID, sink.DeadLetterMsgIDPrefix+ids[0])
 	msg.Header.Set(sink.HeaderDeadLetterReason, "refused by the stream")

@@ -154,16 +154,10 @@ func TestStartRedoesAnInterruptedBootstrap(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes.
+// waitFor is relaytest.WaitFor under the name this package's tests use.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, timeout, what, cond)
 }
 
 // A slot that was dropped, recreated or moved by someone else after the

@@ -25,11 +25,7 @@ import (
 // hostile content a dead letter. With -update it stores the bytes in
 // decode/testdata/messages for the decoder's tests and fuzz corpus.
 func TestRealPgoutputMessages(t *testing.T) {
-	cluster, err := relaytest.StartCluster(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := relaytest.PrivateCluster(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))

@@ -24,11 +24,7 @@ var update = flag.Bool("update", false, "rewrite decode/testdata/captured from a
 // decodes the bytes it sends, and checks the events. With -update it also
 // stores the bytes for the decoder's own tests and fuzz corpus.
 func TestRealPgoutputBytes(t *testing.T) {
-	cluster, err := relaytest.StartCluster(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := relaytest.PrivateCluster(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))

@@ -27,13 +27,9 @@ const holdTestTimeout = 2 * time.Second
 // status updates the walsender needs, on one cluster with a short
 // wal_sender_timeout.
 func TestSessionStart(t *testing.T) {
-	cluster, err := relaytest.StartCluster(map[string]string{
+	cluster := relaytest.PrivateCluster(t, map[string]string{
 		"wal_sender_timeout": fmt.Sprint(holdTestTimeout.Milliseconds()) + "ms",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
 	t.Run("BeforeSessionRunsOnlyWhileHoldingTheSlot", func(t *testing.T) { testBeforeSessionHoldsTheSlot(t, cluster) })
 	t.Run("LongBeforeSessionKeepsTheConnection", func(t *testing.T) { testLongBeforeSession(t, cluster) })
 	t.Run("SlowTransactionKeepsTheConnection", func(t *testing.T) { testSlowTransaction(t, cluster) })

@@ -31,15 +31,11 @@ const silenceTestTimeout = 2 * time.Second
 // reconnect replays the same transaction from the start, and gives up
 // again, forever) and deliver the outbox insert committed after it.
 func TestSilentDecodingKeepsTheConnection(t *testing.T) {
-	cluster, err := relaytest.StartCluster(map[string]string{
+	cluster := relaytest.PrivateCluster(t, map[string]string{
 		"wal_sender_timeout": fmt.Sprint(silenceTestTimeout.Milliseconds()) + "ms",
 		// Spill the transaction to disk as a real backfill would.
 		"logical_decoding_work_mem": "64kB",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
 	env := relaytest.NewEnv(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -176,15 +172,10 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// waitFor is relaytest.WaitFor under the name this package's tests use.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s after %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	relaytest.WaitFor(t, timeout, what, cond)
 }
 
 type syncBuffer struct {

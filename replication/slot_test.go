@@ -21,11 +21,7 @@ import (
 // them (LSNs scanned straight into pglogrepl.LSN, NULLs included) and checks
 // that each way the library notices a gap wraps ErrGap.
 func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
-	cluster, err := relaytest.StartCluster(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
+	cluster := relaytest.PrivateCluster(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	regular, repl, err := replication.ParseConnString(cluster.URL("postgres"))

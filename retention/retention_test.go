@@ -177,16 +177,7 @@ func TestCleanupRoleGrants(t *testing.T) {
 	recent := insertAt(t, env, time.Now(), "recent")
 	env.WaitSlotCaughtUp(time.Minute)
 
-	cfg, err := pgxpool.ParseConfig(env.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := env.OpenPoolWith(func(cfg *pgxpool.Config) { cfg.ConnConfig.User = role })
 	rep, err := retention.Run(context.Background(), pool, retention.Config{Table: env.Table, Slot: env.Slot, Retention: 7 * 24 * time.Hour,
 		Batch: 10, Wait: 30 * time.Second, MarkProcessed: true}, zerolog.Nop())
 	if err != nil {

@@ -30,18 +30,7 @@ func TestDeadLetterInAnotherStream(t *testing.T) {
 	gate := gateReplies(t, p, gatePass)
 	run(t, p)
 	const deadAcked, deadLost = 3, 13
-	publish := func(from, to int) {
-		t.Helper()
-		for i := from; i <= to; i++ {
-			ev := event(i, nil)
-			if i == deadAcked || i == deadLost {
-				ev.Problem = "aggregate_id is NULL"
-			}
-			if _, err := p.Publish(ctx, ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	publish := func(from, to int) { t.Helper(); publishRange(ctx, t, p, from, to, deadAcked, deadLost) }
 
 	publish(1, 10)
 	waitFor(t, 5*time.Second, "events 1..10 acknowledged", func() bool { return p.AckedThrough() == 10 })

@@ -125,15 +125,7 @@ func startJetStream(t *testing.T) (jetstream.JetStream, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connectJS(t, srv.URL())
 	return js, nc
 }
 

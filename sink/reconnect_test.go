@@ -37,18 +37,7 @@ func TestOrderAcrossReconnect(t *testing.T) {
 	run(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	publish := func(from, to int) {
-		t.Helper()
-		for i := from; i <= to; i++ {
-			ev := event(i, nil)
-			if i == 1 {
-				ev.Problem = "aggregate_id is NULL"
-			}
-			if _, err := p.Publish(ctx, ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	publish := func(from, to int) { t.Helper(); publishRange(ctx, t, p, from, to, 1) }
 
 	// Event 1 is a dead letter: Run waits in RecordDeadLetter until release.
 	publish(1, 1)

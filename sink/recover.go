@@ -88,16 +88,9 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 		// Wait for every message on the wire to settle (acknowledged,
 		// refused, timed out or cut off) and for a connection.
 		for !p.settled() || !p.nc.IsConnected() {
-			select {
-			case <-ctx.Done():
+			if !p.awaitEvent(ctx, status, tick) {
 				return
-			case <-status:
-				p.connectionChanged()
-			case now := <-tick:
-				p.expire(now)
-			case <-p.wake:
 			}
-			p.recordDeadLetters(ctx)
 		}
 		p.refreshLimits(ctx)
 		err := p.reconcile(ctx)
@@ -201,17 +194,27 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 		if done {
 			return ok
 		}
-		select {
-		case <-ctx.Done():
+		if !p.awaitEvent(ctx, status, tick) {
 			return false
-		case <-status:
-			p.connectionChanged()
-		case now := <-tick:
-			p.expire(now)
-		case <-p.wake:
 		}
-		p.recordDeadLetters(ctx)
 	}
+}
+
+// awaitEvent waits during recovery for a connection change, a tick or a
+// wake-up, handles it and records the dead letters due; false when ctx
+// ends.
+func (p *Publisher) awaitEvent(ctx context.Context, status <-chan nats.Status, tick <-chan time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-status:
+		p.connectionChanged()
+	case now := <-tick:
+		p.expire(now)
+	case <-p.wake:
+	}
+	p.recordDeadLetters(ctx)
+	return true
 }
 
 // resume ends the outage and sends everything still unacknowledged.
@@ -278,6 +281,15 @@ func (p *Publisher) request(ctx context.Context, fn func(context.Context) error)
 	}
 }
 
+// streamInfo reads the stream's info, retried as request retries.
+func (p *Publisher) streamInfo(ctx context.Context) (info *jetstream.StreamInfo, err error) {
+	err = p.request(ctx, func(ctx context.Context) (err error) {
+		info, err = p.cfg.Stream.Info(ctx)
+		return err
+	})
+	return info, err
+}
+
 // reconcile looks in the stream, before anything is republished, for the
 // unacknowledged events it already holds: their PubAcks were lost with a
 // connection, or timed out. Those count as stored and are not sent again,
@@ -310,11 +322,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 	}
 	ctx, stop := p.whileConnected(ctx)
 	defer stop()
-	var info *jetstream.StreamInfo
-	err := p.request(ctx, func(ctx context.Context) (err error) {
-		info, err = p.cfg.Stream.Info(ctx)
-		return err
-	})
+	info, err := p.streamInfo(ctx)
 	if err != nil {
 		return p.notReconciled(err)
 	}
@@ -481,11 +489,7 @@ func (p *Publisher) refreshLimits(ctx context.Context) {
 	}
 	ctx, stop := p.whileConnected(ctx)
 	defer stop()
-	var info *jetstream.StreamInfo
-	err := p.request(ctx, func(ctx context.Context) (err error) {
-		info, err = p.cfg.Stream.Info(ctx)
-		return err
-	})
+	info, err := p.streamInfo(ctx)
 	if err != nil {
 		p.mu.Lock()
 		p.limitsChanged = true // read them on the next round

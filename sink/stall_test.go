@@ -78,14 +78,7 @@ func TestRecoveryRequestDropped(t *testing.T) {
 			run(t, p)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			publish := func(from, to int) {
-				t.Helper()
-				for i := from; i <= to; i++ {
-					if _, err := p.Publish(ctx, event(i, nil)); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			publish := func(from, to int) { t.Helper(); publishRange(ctx, t, p, from, to) }
 
 			publish(1, 10)
 			waitFor(t, 5*time.Second, "events 1..10 acknowledged", func() bool { return p.AckedThrough() == 10 })

@@ -16,15 +16,7 @@ import (
 // published messages (JetStream API requests, fetches) the test counts.
 func countingStream(t *testing.T, e *testEnv, name string) (jetstream.Stream, func() uint64) {
 	t.Helper()
-	nc, err := nats.Connect(e.srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connectJS(t, e.srv.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stream, err := js.Stream(ctx, name)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,16 +47,8 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 	}
 	t.Cleanup(srv.Close)
 	dialer := &gatedDialer{}
-	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+	nc, js := connectJS(t, srv.URL(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
 		nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0), nats.SetCustomDialer(dialer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg.Name = testStream
 	if cfg.Subjects == nil {
 		cfg.Subjects = []string{"outbox.>", testDeadLetter}
@@ -68,6 +61,22 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 		t.Fatal(err)
 	}
 	return &testEnv{srv: srv, dialer: dialer, nc: nc, js: js, stream: stream}
+}
+
+// connectJS connects to url with opts, for the test's duration, and
+// returns the connection and its JetStream context.
+func connectJS(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
 
 // gatedDialer refuses connections while closed, so that a test decides
@@ -262,6 +271,21 @@ func ids(msgs []storedMsg) []string {
 		out[i] = m.id
 	}
 	return out
+}
+
+// publishRange publishes events from..to; those numbered in dead are dead
+// letters (their aggregate_id is NULL).
+func publishRange(ctx context.Context, t *testing.T, p *Publisher, from, to int, dead ...int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		ev := event(i, nil)
+		if slices.Contains(dead, i) {
+			ev.Problem = "aggregate_id is NULL"
+		}
+		if _, err := p.Publish(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // wantIDs returns the ids of events from..to.

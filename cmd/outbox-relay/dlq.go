@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -70,9 +69,7 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return fmt.Errorf("read dead letters: %w", err)
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(list)
+		return printJSON(list)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "EVENT ID\tEVENT TYPE\tAGGREGATE\tDEAD-LETTERED\tRETRIED\tREASON")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"time"
 
@@ -84,9 +83,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		rep.Add(fs...)
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := printJSON(rep); err != nil {
 			return err
 		}
 	} else {

@@ -192,11 +192,7 @@ func TestDoctorFindsBrokenSetups(t *testing.T) {
 // and every replication slot taken.
 func TestDoctorClusterLimits(t *testing.T) {
 	t.Parallel()
-	cluster, err := relaytest.StartCluster(map[string]string{"wal_level": "replica", "max_replication_slots": "1", "max_wal_senders": "1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
+	cluster := relaytest.PrivateCluster(t, map[string]string{"wal_level": "replica", "max_replication_slots": "1", "max_wal_senders": "1"})
 	env := relaytest.NewEnv(t, cluster)
 	env.Exec(`SELECT pg_create_physical_replication_slot('doctor_taken')`)
 	t.Cleanup(func() { _, _ = env.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('doctor_taken')`) })
@@ -222,13 +218,9 @@ func startBareNATS(t *testing.T, edit func(*natsserver.Options)) string {
 	opts := devenv.NATSOptions{StoreDir: t.TempDir()}.ServerOptions()
 	opts.Port = -1
 	edit(opts)
-	srv, err := natsserver.NewServer(opts)
+	srv, err := devenv.ServeNATS(opts)
 	if err != nil {
 		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(srv.Shutdown)
 	return srv.ClientURL()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -137,21 +136,7 @@ func TestEndToEnd(t *testing.T) {
 func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStreamMsg {
 	t.Helper()
 	out := map[string]*jetstream.RawStreamMsg{}
-	stream := env.StreamHandle(10 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // deleted
-		}
-		if err != nil {
-			t.Fatalf("get message %d: %v", seq, err)
-		}
+	for _, m := range streamInOrder(t, env) {
 		out[strings.TrimPrefix(m.Header.Get(sink.HeaderMsgID), sink.DeadLetterMsgIDPrefix)] = m
 	}
 	return out

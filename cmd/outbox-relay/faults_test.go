@@ -355,11 +355,7 @@ func TestFaultNATSKilled(t *testing.T) {
 func TestFaultPostgresCrash(t *testing.T) {
 	for _, mode := range []string{"fast", "immediate"} {
 		t.Run(mode, func(t *testing.T) {
-			cluster, err := relaytest.StartCluster(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cluster.Close() })
+			cluster := relaytest.PrivateCluster(t, nil)
 			env := relaytest.NewEnv(t, cluster)
 			relay := startRelay(t, env)
 			relay.WaitLog(logStreaming, faultWait)
@@ -391,11 +387,7 @@ func TestFaultPostgresCrash(t *testing.T) {
 func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 	for name, window := range map[string]string{"window with room": "1024", "window full": "8"} {
 		t.Run(name, func(t *testing.T) {
-			cluster, err := relaytest.StartCluster(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cluster.Close() })
+			cluster := relaytest.PrivateCluster(t, nil)
 			env := relaytest.NewEnv(t, cluster)
 			relay := startRelay(t, env, "--ack-timeout", "1s", "--window", window)
 			relay.WaitLog(logStreaming, faultWait)

@@ -124,13 +124,9 @@ func TestGapSlotRecreated(t *testing.T) {
 // enough loses its slot (wal_status lost). The relay refuses and names the
 // repair, which publishes what the lost WAL held.
 func TestGapSlotInvalidated(t *testing.T) {
-	cluster, err := relaytest.StartCluster(map[string]string{
+	cluster := relaytest.PrivateCluster(t, map[string]string{
 		"max_slot_wal_keep_size": "'2MB'", "max_wal_size": "'4MB'", "min_wal_size": "'2MB'",
 	}, "--wal-segsize=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
 	env := relaytest.NewEnv(t, cluster)
 	r := startRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)

@@ -70,11 +70,7 @@ func TestWrongSetupFailsWithTheFix(t *testing.T) {
 
 // TestWALLevelNotLogical needs a cluster of its own.
 func TestWALLevelNotLogical(t *testing.T) {
-	cluster, err := relaytest.StartCluster(map[string]string{"wal_level": "replica"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() })
+	cluster := relaytest.PrivateCluster(t, map[string]string{"wal_level": "replica"})
 	env := relaytest.NewEnv(t, cluster)
 	relay := startRelay(t, env)
 	if code := relay.Wait(30 * time.Second); code == 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,9 +92,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		r.StreamError = natsErr.Error()
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		if err := printJSON(r); err != nil {
 			return err
 		}
 	} else {
@@ -211,7 +208,7 @@ func (r statusReport) print(w io.Writer) {
 			p("active", "no (no relay is streaming)")
 		}
 		p("confirmed_flush", "%s", r.ConfirmedFlush)
-		p("lag", "%s (%d bytes)", humanBytes(r.LagBytes), r.LagBytes)
+		p("lag", "%s (%d bytes)", doctor.HumanBytes(r.LagBytes), r.LagBytes)
 		if r.FlushLagSeconds != nil {
 			p("flush lag", "%.3fs", *r.FlushLagSeconds)
 		}
@@ -240,17 +237,4 @@ func (r statusReport) print(w io.Writer) {
 	for _, pr := range r.Problems {
 		p("PROBLEM", "%s", pr)
 	}
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,4 +125,12 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerol
 		err = ferr
 	}
 	return o, count, err
+}
+
+// printJSON writes v to stdout as indented JSON: the --json output of the
+// operator commands.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,9 +64,7 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 
 func (c *verifyCmd) print(rep verify.Report, note string) {
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
+		_ = printJSON(rep)
 		return
 	}
 	printReport(os.Stdout, rep, note)

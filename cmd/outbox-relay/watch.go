@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
 )
 
 // watch samples the slot and the stream every interval until ctx ends
@@ -87,7 +89,7 @@ func watchFields(s, prev watchSample) [][2]string {
 		add("slot", "INACTIVE, wal_status %s", r.WALStatus)
 	}
 	if s.err == nil && r.Exists {
-		add("lag", "%s (%d bytes)", humanBytes(r.LagBytes), r.LagBytes)
+		add("lag", "%s (%d bytes)", doctor.HumanBytes(r.LagBytes), r.LagBytes)
 		if r.FlushLagSeconds != nil {
 			add("flush lag", "%.3fs", *r.FlushLagSeconds)
 		} else {

@@ -58,7 +58,7 @@ func StartNATS(opts NATSOptions) (*NATS, error) {
 		n.opts.StoreDir, n.ownsDir = dir, true
 	}
 	if n.opts.Port == 0 {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -76,17 +76,28 @@ func (n *NATS) Start() error {
 	if n.srv != nil && n.srv.Running() {
 		return errors.New("nats server already running")
 	}
-	srv, err := server.NewServer(n.opts.ServerOptions())
+	srv, err := ServeNATS(n.opts.ServerOptions())
 	if err != nil {
-		return fmt.Errorf("configure nats server: %w", err)
+		return err
+	}
+	n.srv = srv
+	return nil
+}
+
+// ServeNATS starts an embedded server with opts and waits until it
+// accepts clients; the caller shuts it down. Tests that need settings
+// NATSOptions does not have (accounts, users) start theirs with it.
+func ServeNATS(opts *server.Options) (*server.Server, error) {
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("configure nats server: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
-		return errors.New("nats server did not become ready within 30s")
+		return nil, errors.New("nats server did not become ready within 30s")
 	}
-	n.srv = srv
-	return nil
+	return srv, nil
 }
 
 // Stop shuts the server down; Start brings it back with its data.

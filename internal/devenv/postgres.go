@@ -85,7 +85,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		if p.Port, err = freePort(); err != nil {
+		if p.Port, err = FreePort(); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -285,7 +285,8 @@ func (p *Postgres) BinDir() string { return p.binDir }
 // MajorVersion returns the server's major version (13, 14, ...).
 func (p *Postgres) MajorVersion() int { return p.major }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port nothing listens on at the moment.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -56,7 +56,7 @@ func (p *Postgres) CloneStandby(ctx context.Context, settings map[string]string)
 		s.Close()
 		return nil, err
 	}
-	if s.Port, err = freePort(); err != nil {
+	if s.Port, err = FreePort(); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -227,16 +227,16 @@ func messageSizeFinding(f natsFacts, o NATSOptions) Finding {
 		limit, what = int64(f.Stream.MaxMsgSize), "the stream's max message size"
 	}
 	if o.Payload.PayloadRows == 0 {
-		return info(check, "no rows in the table to compare with %s (%s)", what, humanBytes(limit))
+		return info(check, "no rows in the table to compare with %s (%s)", what, HumanBytes(limit))
 	}
 	need := o.Payload.LargestPayload + headerAllowance
 	if need > limit {
 		return problem(Error, check,
 			fmt.Sprintf("raise max_payload in the nats-server config (max_payload: %d, at most 64MB) or, for the stream, nats stream edit %s --max-msg-size %d; or keep payloads smaller", roundUpMiB(need), o.Stream.Name, roundUpMiB(need)),
 			"the largest payload among %d rows is %s; with the headers it exceeds %s (%s): such events go to the dead-letter subject",
-			o.Payload.PayloadRows, humanBytes(o.Payload.LargestPayload), what, humanBytes(limit))
+			o.Payload.PayloadRows, HumanBytes(o.Payload.LargestPayload), what, HumanBytes(limit))
 	}
-	return ok(check, "largest payload among %d rows is %s, within %s (%s)", o.Payload.PayloadRows, humanBytes(o.Payload.LargestPayload), what, humanBytes(limit))
+	return ok(check, "largest payload among %d rows is %s, within %s (%s)", o.Payload.PayloadRows, HumanBytes(o.Payload.LargestPayload), what, HumanBytes(limit))
 }
 
 func roundUpMiB(n int64) int64 { return (n + 1<<20 - 1) &^ (1<<20 - 1) }

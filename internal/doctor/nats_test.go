@@ -7,23 +7,21 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
 
 // TestReadSync: a system-account user reads the servers' fsync policy
 // (sync_interval: always here); another user cannot, and is told so.
 func TestReadSync(t *testing.T) {
 	sys, app := server.NewAccount("SYS"), server.NewAccount("APP")
-	srv, err := server.NewServer(&server.Options{
+	srv, err := devenv.ServeNATS(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), SyncAlways: true, NoLog: true, NoSigs: true,
 		Accounts: []*server.Account{sys, app}, SystemAccount: "SYS",
 		Users: []*server.User{{Username: "admin", Password: "a", Account: sys}, {Username: "app", Password: "b", Account: app}},
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -135,7 +135,7 @@ func walKeepFinding(f pgFacts) Finding {
 		return problem(Warn, check, "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB'; SELECT pg_reload_conf(); -- a size the WAL disk holds beside normal use; and alert on outbox_relay_slot_lag_bytes",
 			"max_slot_wal_keep_size = -1 (unbounded): while the relay is stopped or behind, the slot keeps every WAL segment; the disk can fill and stop Postgres")
 	}
-	size := humanBytes(mb << 20)
+	size := HumanBytes(mb << 20)
 	return problem(Warn, check, fmt.Sprintf("alert on outbox_relay_slot_lag_bytes well below %s and on wal_status 'unreserved'; to allow longer outages: ALTER SYSTEM SET max_slot_wal_keep_size = '<larger>'; SELECT pg_reload_conf();", size),
 		"max_slot_wal_keep_size = %s: once the slot holds more WAL than that, Postgres invalidates it (wal_status lost); the relay then stops with a gap and must be started once with --recreate-slot, which republishes from the table what the stream lacks", size)
 }
@@ -237,7 +237,7 @@ func slotFindings(f pgFacts, o PGOptions) []Finding {
 	if f.Invalidated != "" {
 		return []Finding{problem(Error, check, repairAdvice, "slot %q was invalidated (%s)", o.Slot, f.Invalidated)}
 	}
-	lag := fmt.Sprintf("lag %s, wal_status %s, confirmed %s", humanBytes(s.LagBytes), s.WALStatus, s.ConfirmedFlush)
+	lag := fmt.Sprintf("lag %s, wal_status %s, confirmed %s", HumanBytes(s.LagBytes), s.WALStatus, s.ConfirmedFlush)
 	switch {
 	case s.WALStatus == "unreserved":
 		return []Finding{problem(Error, check, "start the relay now, or raise max_slot_wal_keep_size: ALTER SYSTEM SET max_slot_wal_keep_size = '<larger>'; SELECT pg_reload_conf();",
@@ -263,7 +263,9 @@ func errMessage(err error) string {
 	return err.Error()
 }
 
-func humanBytes(n int64) string {
+// HumanBytes writes a byte count in binary units, one decimal: 1536 is
+// "1.5 KiB". status prints the lag with it, as doctor does.
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

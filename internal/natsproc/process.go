@@ -62,7 +62,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		opts.Exe = exe
 	}
 	if opts.Server.Port == 0 {
-		port, err := freePort()
+		port, err := devenv.FreePort()
 		if err != nil {
 			return nil, fmt.Errorf("nats-server process: %w", err)
 		}
@@ -171,14 +171,4 @@ func (p *Process) start(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// freePort returns a loopback port nothing listens on at the moment.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

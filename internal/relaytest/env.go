@@ -148,12 +148,17 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 }
 
 // OpenPool opens a pool on the test database, closed at the end.
-func (e *Env) OpenPool() *pgxpool.Pool {
+func (e *Env) OpenPool() *pgxpool.Pool { return e.OpenPoolWith(func(*pgxpool.Config) {}) }
+
+// OpenPoolWith opens a pool on the test database with its settings changed
+// by edit (another role, a tracer), closed at the end.
+func (e *Env) OpenPoolWith(edit func(*pgxpool.Config)) *pgxpool.Pool {
 	cfg, _, err := replication.ParseConnString(e.PGURL)
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	cfg.MaxConns = 32
+	edit(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		e.T.Fatal(err)
