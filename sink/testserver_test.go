@@ -323,10 +323,11 @@ func drain(t *testing.T, p *Publisher, within time.Duration) {
 // decides when (and whether) each one arrives; while dropping, they are
 // lost.
 type replyGate struct {
-	p    *Publisher
-	mu   sync.Mutex
-	held []*nats.Msg
-	mode gateMode
+	p       *Publisher
+	mu      sync.Mutex
+	held    []*nats.Msg
+	mode    gateMode
+	dropped int // replies lost while dropping
 }
 
 type gateMode int
@@ -367,6 +368,7 @@ func (g *replyGate) onReply(m *nats.Msg) {
 		g.mu.Unlock()
 		return
 	case gateDrop:
+		g.dropped++
 		g.mu.Unlock()
 		return
 	}
@@ -386,6 +388,13 @@ func (g *replyGate) heldCount() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.held)
+}
+
+// droppedCount returns how many replies were lost while dropping.
+func (g *replyGate) droppedCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dropped
 }
 
 // take removes and returns the held replies.

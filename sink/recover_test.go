@@ -1,0 +1,146 @@
+package sink
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// The tests here cover what recovery does while it waits (awaitEvent):
+// in-flight publishes time out, connection changes fail what was on the
+// wire, and dead letters stored meanwhile are recorded.
+
+// TestRecoveryProbeAckLost: the first event's PubAck is lost, and so is
+// the PubAck of the probe that republishes it during recovery. The probe
+// must time out like any publish and be sent again, not wait forever.
+func TestRecoveryProbeAckLost(t *testing.T) {
+	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	// No Stream in the config: recovery must republish, not find the event.
+	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second})
+	gate := gateReplies(t, p, gateDrop)
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	publishRange(ctx, t, p, 1, 1)
+	// Attempt 1's PubAck is lost; it times out, and recovery's probe
+	// (attempt 2) loses its PubAck too.
+	waitFor(t, 10*time.Second, "the probe's PubAck lost", func() bool { return gate.droppedCount() == 2 })
+	gate.set(gatePass)
+	publishRange(ctx, t, p, 2, 3) // queued behind the outage
+
+	drain(t, p, 10*time.Second)
+	if got, want := ids(e.contents(t)), wantIDs(1, 3); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+}
+
+// TestRecoveryConnectionDropsDuringProbe: the connection drops while the
+// probe of recovery waits for its PubAck (stored, the PubAck lost). The
+// probe fails at once, and recovery reads the stream again after the
+// reconnect, finds the event there and does not send it again; it does
+// not wait for the ack timeout (long here, and so are its ticks).
+func TestRecoveryConnectionDropsDuringProbe(t *testing.T) {
+	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	const ackTimeout = 5 * time.Minute // ticks every 30s
+	p := e.publisher(t, Config{Window: 8, AckTimeout: ackTimeout, Stream: e.stream})
+	gate := gateReplies(t, p, gatePass)
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	publishRange(ctx, t, p, 1, 3)
+	waitFor(t, 5*time.Second, "events 1..3 acknowledged", func() bool { return p.AckedThrough() == 3 })
+	// Event 4 is lost on the way; the connection drops and recovery finds
+	// it missing from the stream, so it probes with it on the new one.
+	gate.set(gateDrop)
+	e.dialer.blackhole()
+	publishRange(ctx, t, p, 4, 4)
+	waitFor(t, 5*time.Second, "event 4 written to the lost connection", func() bool { return e.dialer.swallowed(event(4, nil).ID) })
+	e.dialer.drop()
+	// The probe is stored; its PubAck is lost with the next connection.
+	waitFor(t, 10*time.Second, "the probe's PubAck lost", func() bool { return gate.droppedCount() == 1 })
+	if got := e.lastSeq(t); got != 4 {
+		t.Fatalf("stream's last sequence %d after the probe, want 4", got)
+	}
+	gate.set(gatePass)
+	dropped := time.Now()
+	e.dialer.drop()
+	publishRange(ctx, t, p, 5, 6) // queued behind the outage
+
+	drain(t, p, 10*time.Second) // a third of the tick interval
+	t.Logf("recovered %s after the connection dropped during the probe", time.Since(dropped).Round(time.Millisecond))
+	if got, want := ids(e.contents(t)), wantIDs(1, 6); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+}
+
+// TestDeadLetterRecordedDuringOutage: the stream is full and refuses a
+// dead letter and the event after it. Once it has room for one message,
+// the dead letter is stored and must be recorded (and count as
+// acknowledged) at once, though the event after it is still refused and
+// the outage goes on.
+func TestDeadLetterRecordedDuringOutage(t *testing.T) {
+	const full, dead, last = 5, 6, 7
+	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute, MaxMsgs: full, Discard: jetstream.DiscardNew})
+	var mu sync.Mutex
+	var recorded []string
+	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second, Stream: e.stream,
+		RecordDeadLetter: func(_ context.Context, ev *decode.Event, _ string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			recorded = append(recorded, ev.ID)
+			return nil
+		}})
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	records := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(recorded)
+	}
+	setMaxMsgs := func(n int64) {
+		t.Helper()
+		cfg := e.stream.CachedInfo().Config
+		cfg.MaxMsgs = n
+		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	publishRange(ctx, t, p, 1, full)
+	waitFor(t, 5*time.Second, "the stream filled", func() bool { return p.AckedThrough() == full })
+	publishRange(ctx, t, p, dead, last, dead)
+	waitFor(t, 5*time.Second, "the full stream to refuse the dead letter", func() bool { return p.outage() })
+	setMaxMsgs(full + 1)
+
+	waitFor(t, 20*time.Second, "the dead letter recorded while the next event is refused", func() bool {
+		return p.AckedThrough() == dead
+	})
+	if got, want := records(), []string{event(dead, nil).ID}; !slices.Equal(got, want) {
+		t.Fatalf("dead letters recorded %v, want %v", got, want)
+	}
+	// Recovery may end for a moment after the dead letter, until the
+	// event after it is refused again.
+	waitFor(t, 10*time.Second, "the full stream to refuse the event after the dead letter", func() bool { return p.outage() })
+	if got := e.lastSeq(t); got != dead {
+		t.Fatalf("stream's last sequence %d, want %d", got, dead)
+	}
+
+	setMaxMsgs(-1)
+	drain(t, p, 20*time.Second)
+	want := slices.Concat(wantIDs(1, full), []string{DeadLetterMsgIDPrefix + event(dead, nil).ID}, wantIDs(last, last))
+	if got := ids(e.contents(t)); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	if got := records(); len(got) != 1 {
+		t.Fatalf("dead letters recorded %v, want one", got)
+	}
+}
