@@ -65,6 +65,9 @@ func TestEmit(t *testing.T) {
 	ids := commitBoth(t, env,
 		func(tx pgx.Tx) ([]string, error) { return outbox.Emit(ctx, tx, evs[:4]...) },
 		func(tx *sql.Tx) ([]string, error) { return outbox.EmitSQL(ctx, tx, evs[4:]...) })
+	if len(ids) != len(evs) {
+		t.Fatalf("%d ids for %d events", len(ids), len(evs))
+	}
 	other, err := outbox.NewWriter(outbox.WithMessagePrefix("elsewhere"))
 	if err != nil {
 		t.Fatal(err)

@@ -76,16 +76,40 @@ func checkRows(t *testing.T, env *relaytest.Env, evs []outbox.Event, ids []strin
 	}
 }
 
+// begin starts a transaction on db that is rolled back when the test
+// ends unless it was committed (a no-op then): a test that fails must not
+// leave it open, or closing the pool waits for it until the test timeout.
+func begin(t *testing.T, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) pgx.Tx {
+	t.Helper()
+	tx, err := db.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// beginSQL is begin for database/sql; the rollback releases the pool's
+// connection, which closing db does not while a transaction holds it.
+func beginSQL(t *testing.T, db *sql.DB) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
 // commitBoth writes with viaPgx in a pgx transaction, then with viaSQL in
 // a database/sql one, commits each, and returns the ids both returned, in
 // that order.
 func commitBoth(t *testing.T, env *relaytest.Env, viaPgx func(pgx.Tx) ([]string, error), viaSQL func(*sql.Tx) ([]string, error)) []string {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := begin(t, env.Pool)
 	ids, err := viaPgx(tx)
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +118,8 @@ func commitBoth(t *testing.T, env *relaytest.Env, viaPgx func(pgx.Tx) ([]string,
 		t.Fatal(err)
 	}
 	db := stdlib.OpenDBFromPool(env.Pool)
-	defer db.Close()
-	stx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { db.Close() }) // after the rollback: cleanups run last first
+	stx := beginSQL(t, db)
 	more, err := viaSQL(stx)
 	if err != nil {
 		t.Fatal(err)
@@ -118,10 +139,7 @@ func TestWritePgx(t *testing.T) {
 	pool := tracedPool(t, env, &c)
 	for _, n := range []int{1, 7, 5000} {
 		evs := events(n)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := begin(t, pool)
 		before := c.n.Load()
 		ids, err := outbox.Write(ctx, tx, evs...)
 		if err != nil {
@@ -154,10 +172,7 @@ func TestWriteSQL(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	for _, n := range []int{1, 7, 5000} {
 		evs := events(n)
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := beginSQL(t, db)
 		before := c.n.Load()
 		ids, err := outbox.WriteSQL(ctx, tx, evs...)
 		if err != nil {
@@ -182,10 +197,7 @@ func TestRefusedKeepsTransaction(t *testing.T) {
 	db := stdlib.OpenDBFromPool(env.Pool)
 	t.Cleanup(func() { db.Close() })
 
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := begin(t, env.Pool)
 	if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('a')`); err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +209,7 @@ func TestRefusedKeepsTransaction(t *testing.T) {
 		t.Fatalf("commit after a refused event: %v", err)
 	}
 
-	stx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stx := beginSQL(t, db)
 	if _, err := stx.ExecContext(ctx, `INSERT INTO orders VALUES ('b')`); err != nil {
 		t.Fatal(err)
 	}
@@ -224,10 +233,7 @@ func TestRefusedKeepsTransaction(t *testing.T) {
 func TestRollback(t *testing.T) {
 	env := relaytest.NewEnv(t, server)
 	ctx := context.Background()
-	tx, err := env.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := begin(t, env.Pool)
 	if _, err := outbox.Write(ctx, tx, events(3)...); err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +354,9 @@ func TestWriteHeaders(t *testing.T) {
 	ids := commitBoth(t, env,
 		func(tx pgx.Tx) ([]string, error) { return outbox.Write(ctx, tx, evs...) },
 		func(tx *sql.Tx) ([]string, error) { return outbox.WriteSQL(ctx, tx, evs...) })
+	if len(ids) != 2*len(evs) {
+		t.Fatalf("%d ids for %d events written with pgx and %d with database/sql", len(ids), len(evs), len(evs))
+	}
 	for i, id := range ids {
 		var headers *string
 		if err := env.Pool.QueryRow(ctx, `SELECT headers::text FROM outbox_events WHERE id = $1`, id).Scan(&headers); err != nil {
