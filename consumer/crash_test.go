@@ -29,7 +29,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), envChild+"=1", envPGURL+"="+f.env.PGURL, envNATSURL+"="+f.env.NATSURL,
 		envStream+"="+testStream, envDurable+"="+durable, envKillCommits+"="+strconv.Itoa(killAfter))
-	var out syncBuffer
+	var out relaytest.SyncBuffer
 	child.Stdout, child.Stderr = &out, &out
 	if err := child.Start(); err != nil {
 		t.Fatal(err)

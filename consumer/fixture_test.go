@@ -1,10 +1,8 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,13 +123,13 @@ func (f *fixture) count(sql string, args ...any) int {
 type running struct {
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
+	logs   *relaytest.SyncBuffer
 }
 
 // run starts a Consumer on cons and stops it when the test ends.
 func (f *fixture) run(cons jetstream.Consumer, h Handler, opts ...Option) *running {
 	f.t.Helper()
-	logs := &syncBuffer{}
+	logs := &relaytest.SyncBuffer{}
 	opts = append([]Option{WithLogger(zerolog.New(logs).Level(zerolog.DebugLevel))}, opts...)
 	c, err := New(f.env.Pool, cons, h, opts...)
 	if err != nil {
@@ -166,23 +164,6 @@ func (r *running) stop(t *testing.T) error {
 		t.Fatal("Run did not return within 30 s of the cancel")
 		return nil
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func eventID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }

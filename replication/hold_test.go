@@ -58,13 +58,13 @@ func newHoldEnv(t *testing.T, cluster relaytest.Server) holdEnv {
 type runningStream struct {
 	*replication.Stream
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *relaytest.SyncBuffer
 	stop func() error
 }
 
 func startStream(t *testing.T, env holdEnv, cfg replication.Config, h replication.Handler) *runningStream {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &relaytest.SyncBuffer{}
 	reg := prometheus.NewRegistry()
 	stream, err := replication.NewStream(cfg, env.Pool, zerolog.New(logs), replication.NewMetrics(reg))
 	if err != nil {

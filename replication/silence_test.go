@@ -51,7 +51,7 @@ func TestSilentDecodingKeepsTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
+	var logs relaytest.SyncBuffer
 	reg := prometheus.NewRegistry()
 	metrics := replication.NewMetrics(reg)
 	reconnects := func() float64 { return counterValue(t, reg, "outbox_relay_replication_reconnects_total") }
@@ -176,21 +176,4 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	relaytest.WaitFor(t, timeout, what, cond)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -33,7 +33,7 @@ type natsNode struct {
 	name string
 	conf string
 	port int
-	out  *syncBuffer
+	out  *SyncBuffer
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -57,7 +57,7 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	}
 	dir := t.TempDir()
 	for i := 0; i < n; i++ {
-		node := &natsNode{name: fmt.Sprintf("n%d", i+1), port: clientPorts[i], out: &syncBuffer{}}
+		node := &natsNode{name: fmt.Sprintf("n%d", i+1), port: clientPorts[i], out: &SyncBuffer{}}
 		node.conf = filepath.Join(dir, node.name+".conf")
 		store := filepath.Join(dir, node.name+"-store")
 		conf := fmt.Sprintf(`server_name: %q

@@ -1,7 +1,6 @@
 package relaytest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +26,7 @@ type Binary struct {
 type Relay struct {
 	t    testing.TB
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *SyncBuffer
 	done chan struct{}
 	err  error
 	// metrics is whether the relay serves /metrics (--metrics-addr not
@@ -42,7 +40,7 @@ type Relay struct {
 // read with Metric.
 func StartRelay(t testing.TB, bin Binary, args ...string) *Relay {
 	t.Helper()
-	r := &Relay{t: t, logs: &syncBuffer{}, done: make(chan struct{}), metrics: servesMetrics(args)}
+	r := &Relay{t: t, logs: &SyncBuffer{}, done: make(chan struct{}), metrics: servesMetrics(args)}
 	r.cmd = exec.Command(bin.Path, args...)
 	r.cmd.Env = append(os.Environ(), bin.Env...)
 	r.cmd.Stdout = r.logs
@@ -246,23 +244,6 @@ func servesMetrics(args []string) bool {
 		}
 	}
 	return serves
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, lines int) string {
