@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -107,6 +109,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	st, pipe, pool := up.starter, up.pipe, up.pool
+	pipe.trace = startup.FromContext(ctx)
 	replMetrics := replication.NewMetrics(r.reg)
 	wal, err := replication.NewStream(replication.Config{
 		Repl:           r.replCfg,
@@ -132,6 +135,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	bg.goRun("confirmation gate", pipe.gate.Run)
 	r.wal.Store(wal)
 
+	wal.UseFirst(up.repl)
+	up.repl = nil
 	err = wal.Run(bg.ctx, pipe)
 	if cause := bg.failure(); cause != nil && err == nil {
 		err = cause
@@ -142,6 +147,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // takenUp is what the start-up protocol leaves for streaming.
 type takenUp struct {
 	pool    *pgxpool.Pool
+	repl    *replication.Opened // the first session's connection, if opened ahead
 	pub     *sink.Publisher
 	starter *starter
 	pipe    *pipeline
@@ -149,6 +155,7 @@ type takenUp struct {
 }
 
 func (t *takenUp) close() {
+	t.repl.Close(context.Background())
 	if t.pub != nil {
 		t.pub.Close()
 	}
@@ -178,27 +185,63 @@ func closePool(pool *pgxpool.Pool) {
 // takeUp connects, checks the setup, provisions the stream, starts the
 // publisher in bg and takes up the slot: resume, create (publishing the
 // rows already in the table) or repair it, or refuse.
-func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
+//
+// Steps that wait on different servers or connections overlap: the
+// stream is provisioned in NATS, and the replication connection is
+// opened and identified, while the Postgres checks run; the take-up
+// lock's connection is opened beside them too. The take-up itself (the
+// lock, then the slot, the record and the stream read in that order) is
+// unchanged.
+func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) {
 	cfg, log := r.cfg, r.log
+	repl := runAhead(ctx, func(ctx context.Context) (*replication.Opened, error) {
+		defer startup.Phase(ctx, "repl_open")()
+		return replication.Open(ctx, r.replCfg)
+	})
+	streamAhead := runAhead(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		defer startup.Phase(ctx, "nats_stream")()
+		return EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
+	})
+	var opened *replication.Opened
+	defer func() {
+		streamAhead.discard(nil)
+		repl.discard(func(o *replication.Opened) { o.Close(ctx) })
+		if up == nil || up.repl == nil {
+			opened.Close(ctx) // not handed to the session
+		}
+	}()
+	end := startup.Phase(ctx, "pg_pool")
 	pool, err := OpenPool(ctx, r.poolCfg, log)
+	end()
 	if err != nil {
 		return nil, err
 	}
-	up := &takenUp{pool: pool}
+	up = &takenUp{pool: pool}
+	lockConn := runAhead(ctx, func(ctx context.Context) (*pgx.Conn, error) {
+		defer startup.Phase(ctx, "lock_connect")()
+		return takeUpConn(ctx, pool, cfg.Slot)
+	})
+	defer lockConn.discard(closeConn) // unless the starter took it
+	end = startup.Phase(ctx, "setup_check")
 	if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
 		return up, err
 	}
 	warnForeignHeaders(ctx, pool, cfg.Table, log)
-	stream, err := EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
+	end()
+	stream, err := streamAhead.wait()
 	if err != nil {
 		return up, err
 	}
 	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
-	src, err := newSource(ctx, r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
+	opened, err = repl.wait()
 	if err != nil {
 		return up, err
 	}
-	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
+	src, err := newSourceFrom(opened.System(), r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
+	if err != nil {
+		return up, err
+	}
+	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp, startup.FromContext(ctx)), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
 		return up, err
 	}
 	bg.goRun("publisher", up.pub.Run)
@@ -210,13 +253,19 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
 	// The starter reads the stream as this relay's (sink.WithSource).
-	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log}
-	up.pipe, up.action, err = up.starter.start(ctx)
-	if err == nil {
-		up.pipe.source = src
-		err = src.slotTakenUp(ctx, store)
+	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn,
+		closeRepl: func() { opened.Close(ctx); opened = nil }}
+	if up.pipe, up.action, err = up.starter.start(ctx); err != nil {
+		return up, err
 	}
-	return up, err
+	up.pipe.source = src
+	// The slot's creation point, as the take-up left it in the record.
+	src.setOrigin(up.starter.origin)
+	// A quick take-up (no slot created, nothing published from the table)
+	// hands the connection opened meanwhile to the first session; a slot's
+	// creation closed it (closeRepl), and the session dials anew.
+	up.repl = opened
+	return up, nil
 }
 
 // deadLetterKey names a dead-lettered event in Postgres: its id as the row

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
@@ -39,21 +40,37 @@ type starter struct {
 	pub     *sink.Publisher
 	skipped prometheus.Counter
 	log     zerolog.Logger
+	// lockConn opens the take-up lock's connection (started ahead).
+	lockConn *ahead[*pgx.Conn]
+	// closeRepl closes the replication connection opened ahead for the
+	// first session, before a slot is created: that takes a WAL sender of
+	// its own, and max_wal_senders may leave the relay only one.
+	closeRepl func()
 	// publication is the identity of the publication recorded with the
 	// slot; the confirmation gate compares it with the live one.
 	publication string
+	// origin is the slot's creation point, as the take-up recorded it.
+	origin pglogrepl.LSN
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	end := startup.Phase(ctx, "check_primary")
 	if err := replication.CheckPrimary(ctx, s.pool, replication.Describe(s.repl)); err != nil {
 		return nil, 0, err
 	}
+	end()
 	if s.cfg.Failover {
 		if err := s.checkFailover(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
-	lock, err := lockTakeUp(ctx, s.pool, s.cfg.Slot, s.log)
+	end = startup.Phase(ctx, "take_up_lock")
+	conn, err := s.lockConn.wait()
+	if err != nil {
+		return nil, 0, err
+	}
+	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.log)
+	end()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -61,7 +78,9 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	// The record is read and written on the lock's connection: a write that
 	// succeeds is one made while this instance held the lock.
 	locked := s.store.On(lock.conn)
+	end = startup.Phase(ctx, "decide")
 	slot, rec, action, err := s.decide(ctx, locked)
+	end()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -77,9 +96,11 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	switch action {
 	case checkpoint.Resume:
 		created, limit = rec.CreatedLSN, rec.Limit
+		end = startup.Phase(ctx, "publication")
 		if err := s.samePublication(ctx, locked, rec); err != nil {
 			return nil, 0, err
 		}
+		end()
 	case checkpoint.Adopt:
 		s.log.Warn().Str("slot", s.cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
 		if s.publication, err = s.publicationIdentity(ctx); err != nil {
@@ -96,6 +117,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 		}
 		limit = created
 	}
+	s.origin = created
 	pipe.ledger = checkpoint.NewLedger(s.store, created, limit, s.log)
 	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
 	return pipe, action, nil
@@ -163,6 +185,9 @@ func (s *starter) takeUpKind(action checkpoint.Action, rec checkpoint.Record) ta
 // the new slot's snapshot what t asks for, and records the end: each step
 // written down before the next, on the lock's connection.
 func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked *checkpoint.Store, slot replication.SlotInfo, pipe *pipeline, t takeUp) (pglogrepl.LSN, error) {
+	if s.closeRepl != nil {
+		s.closeRepl()
+	}
 	if err := locked.Begin(ctx, t.kind, t.since); err != nil {
 		return 0, err
 	}

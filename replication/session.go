@@ -102,6 +102,10 @@ type session struct {
 	serverEnd     pglogrepl.LSN // WAL end in the server's last keepalive
 	ignored       map[string]bool
 	co            *coalescer // reads in batches while a backlog drains
+	// committed is set at the session's first COMMIT: coalescing waits for
+	// it, so that the first event is read (and published) at once rather
+	// than after a batch or a linger, however far behind the session starts.
+	committed bool
 	readDeadline  time.Time  // the read deadline set last
 }
 
@@ -228,11 +232,14 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 	}
 	switch m.Kind {
 	case decode.KindBegin:
-		s.coalesced(s.co.commitLag(xld.ServerTime.Sub(m.CommitTime)), xld.WALStart)
+		if s.committed {
+			s.coalesced(s.co.commitLag(xld.ServerTime.Sub(m.CommitTime)), xld.WALStart)
+		}
 	case decode.KindEvent:
 		s.metrics.Events.Inc()
 		return s.offer(ctx, &m.Event)
 	case decode.KindCommit:
+		s.committed = true
 		s.h.Commit(m.EndLSN)
 	case decode.KindIgnored:
 		s.metrics.Ignored.Inc()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 )
 
 // Handler receives what the stream decodes, in WAL order, on the goroutine
@@ -104,6 +105,18 @@ type Stream struct {
 	// busyAt is when the latest session found the slot held by another
 	// process (Unix nanoseconds); 0 when it ended otherwise.
 	busyAt atomic.Int64
+	// first is a connection opened ahead for the next session (UseFirst).
+	first atomic.Pointer[Opened]
+}
+
+// UseFirst gives the stream a replication connection opened ahead of its
+// first session, which then starts on it instead of dialing (the stream
+// closes it). It must be younger than the server's idle limits: the relay
+// hands one over only after a quick take-up.
+func (s *Stream) UseFirst(o *Opened) {
+	if old := s.first.Swap(o); old != nil {
+		old.Close(context.Background())
+	}
 }
 
 // NewStream returns a Stream. pool is a regular connection pool to the same
@@ -205,7 +218,9 @@ func (s *Stream) drainOffline(h Handler) {
 
 // session runs one replication connection from start to end.
 func (s *Stream) session(ctx context.Context, h Handler) error {
+	end := startup.Phase(ctx, "slot_lookup")
 	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
+	end()
 	if err != nil {
 		return err
 	}
@@ -218,36 +233,40 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
 		return err
 	}
-	conn, err := pgconn.ConnectConfig(ctx, s.cfg.Repl)
-	if err != nil {
-		return fmt.Errorf("open replication connection to %s: %w", Describe(s.cfg.Repl), err)
+	opened := s.first.Swap(nil)
+	if opened == nil {
+		end = startup.Phase(ctx, "repl_open")
+		opened, err = Open(ctx, s.cfg.Repl)
+		end()
+		if err != nil {
+			return err
+		}
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	senderTimeout, err := walSenderTimeout(ctx, conn)
-	if err != nil {
-		return err
-	}
+	defer opened.Close(ctx)
+	conn, senderTimeout, walsender, start := opened.conn, opened.senderTimeout, opened.walsender, opened.start
 	every := statusEvery(s.cfg.StatusInterval, senderTimeout)
-	walsender, start, err := identify(ctx, conn)
-	if err != nil {
-		return err
-	}
 	if s.cfg.Failover {
 		if err := s.ensureFailover(ctx, conn); err != nil {
 			return err
 		}
 	}
+	end = startup.Phase(ctx, "start_replication")
 	if err := s.startReplication(ctx, conn); err != nil {
 		return err
 	}
+	end()
+	end = startup.Phase(ctx, "held_slot")
 	if info, err = s.heldSlot(ctx, walsender); err != nil {
 		return err
 	}
+	end()
 	if s.cfg.BeforeSession != nil {
+		end = startup.Phase(ctx, "before_session")
 		err := s.holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
 			start.Slot = info
 			return s.cfg.BeforeSession(ctx, start)
 		})
+		end()
 		if err != nil {
 			return err
 		}
@@ -282,26 +301,6 @@ func (s *Stream) startReplication(ctx context.Context, conn *pgconn.PgConn) erro
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)
 	}
 	return nil
-}
-
-// walSenderTimeout reads wal_sender_timeout on the replication connection
-// itself: the setting can differ per role, database or connection, and the
-// walsender serving this connection is the one that applies it.
-func walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return 0, errors.New("read wal_sender_timeout on the replication connection: unexpected answer to SHOW")
-	}
-	d, err := parseMillis(string(res[0].Rows[0][0]))
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
-	}
-	return d, nil
 }
 
 // parseMillis parses a time setting as SHOW prints one whose base unit is
