@@ -105,8 +105,8 @@ type session struct {
 	// committed is set at the session's first COMMIT: coalescing waits for
 	// it, so that the first event is read (and published) at once rather
 	// than after a batch or a linger, however far behind the session starts.
-	committed bool
-	readDeadline  time.Time  // the read deadline set last
+	committed    bool
+	readDeadline time.Time // the read deadline set last
 }
 
 func (s *session) run(ctx context.Context) error {
