@@ -47,8 +47,9 @@ func closeConn(conn *pgx.Conn) {
 }
 
 // lockTakeUp waits, on conn (which it then owns), for the take-up lock
-// of slot.
-func lockTakeUp(ctx context.Context, conn *pgx.Conn, slot string, log zerolog.Logger) (*takeUpLock, error) {
+// of slot; when another instance holds it, beforeWait decides first
+// whether to wait at all.
+func lockTakeUp(ctx context.Context, conn *pgx.Conn, slot string, beforeWait func() error, log zerolog.Logger) (*takeUpLock, error) {
 	l := &takeUpLock{conn: conn}
 	var got bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lockKey(slot)).Scan(&got); err != nil {
@@ -57,6 +58,10 @@ func lockTakeUp(ctx context.Context, conn *pgx.Conn, slot string, log zerolog.Lo
 	}
 	if got {
 		return l, nil
+	}
+	if err := beforeWait(); err != nil {
+		l.release()
+		return nil, err
 	}
 	log.Info().Str("slot", slot).Msg("another relay instance is taking up the slot (creating it, publishing the rows present at its creation, or repairing); waiting for it")
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lockKey(slot)); err != nil {

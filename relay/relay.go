@@ -188,10 +188,13 @@ func closePool(pool *pgxpool.Pool) {
 //
 // Steps that wait on different servers or connections overlap: the
 // stream is provisioned in NATS, and the replication connection is
-// opened and identified, while the Postgres checks run; the take-up
-// lock's connection is opened beside them too. The take-up itself (the
-// lock, then the slot, the record and the stream read in that order) is
-// unchanged.
+// opened and identified, while Postgres is connected to; the setup's
+// check runs beside the take-up's first reads, on a connection of its
+// own, and is waited for before the take-up acts (see starter.checked);
+// the take-up lock's connection is opened beside them too. The take-up
+// itself (the lock, then the slot, the record and the stream read in that
+// order) is unchanged. A setup problem is reported before any failure
+// after it, as when the check ran first.
 func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) {
 	cfg, log := r.cfg, r.log
 	repl := runAhead(ctx, func(ctx context.Context) (*replication.Opened, error) {
@@ -203,7 +206,18 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 		return EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
 	})
 	var opened *replication.Opened
+	var checked *ahead[struct{}]
 	defer func() {
+		if err != nil && checked != nil {
+			// A setup problem explains most failures after it (a role
+			// without REPLICATION cannot open the replication connection).
+			if _, cerr := checked.wait(); cerr != nil {
+				err = cerr
+			}
+		}
+		if checked != nil {
+			checked.discard(nil)
+		}
 		streamAhead.discard(nil)
 		repl.discard(func(o *replication.Opened) { o.Close(ctx) })
 		if up == nil || up.repl == nil {
@@ -222,12 +236,14 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 		return takeUpConn(ctx, pool, cfg.Slot)
 	})
 	defer lockConn.discard(closeConn) // unless the starter took it
-	end = startup.Phase(ctx, "setup_check")
-	if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
-		return up, err
-	}
-	warnForeignHeaders(ctx, pool, cfg.Table, log)
-	end()
+	checked = runAhead(ctx, func(ctx context.Context) (struct{}, error) {
+		defer startup.Phase(ctx, "setup_check")()
+		if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
+			return struct{}{}, err
+		}
+		warnForeignHeaders(ctx, pool, cfg.Table, log)
+		return struct{}{}, nil
+	})
 	stream, err := streamAhead.wait()
 	if err != nil {
 		return up, err
@@ -253,7 +269,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
 	// The starter reads the stream as this relay's (sink.WithSource).
-	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn,
+	up.starter = &starter{cfg: cfg, pool: pool, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn, checked: checked,
 		closeRepl: func() { opened.Close(ctx); opened = nil }}
 	if up.pipe, up.action, err = up.starter.start(ctx); err != nil {
 		return up, err

@@ -51,9 +51,33 @@ type starter struct {
 	publication string
 	// origin is the slot's creation point, as the take-up recorded it.
 	origin pglogrepl.LSN
+	// checked is the check of the setup (replication.Check), run beside
+	// the take-up's first reads: it is waited for before the take-up acts
+	// (writes the record, creates or drops a slot) or waits for another
+	// instance's lock, and its error comes first.
+	checked *ahead[struct{}]
+}
+
+// setupChecked waits for the setup's check and returns its error.
+func (s *starter) setupChecked() error {
+	if s.checked == nil {
+		return nil
+	}
+	_, err := s.checked.wait()
+	return err
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	pipe, action, err := s.takeUp(ctx)
+	if err != nil {
+		if cerr := s.setupChecked(); cerr != nil {
+			return nil, 0, cerr
+		}
+	}
+	return pipe, action, err
+}
+
+func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, error) {
 	end := startup.Phase(ctx, "check_primary")
 	if err := replication.CheckPrimary(ctx, s.pool, replication.Describe(s.repl)); err != nil {
 		return nil, 0, err
@@ -69,7 +93,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	if err != nil {
 		return nil, 0, err
 	}
-	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.log)
+	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.setupChecked, s.log)
 	end()
 	if err != nil {
 		return nil, 0, err
@@ -82,6 +106,9 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	slot, rec, action, err := s.decide(ctx, locked)
 	end()
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.setupChecked(); err != nil {
 		return nil, 0, err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")

@@ -218,24 +218,16 @@ func (s *Stream) drainOffline(h Handler) {
 
 // session runs one replication connection from start to end.
 func (s *Stream) session(ctx context.Context, h Handler) error {
-	end := startup.Phase(ctx, "slot_lookup")
-	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
-	end()
-	if err != nil {
-		return err
-	}
-	if !info.Exists {
-		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
-			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
-	}
-	// Checked before connecting as well as after: a slot that cannot be
-	// used is refused without a replication connection.
-	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
-		return err
-	}
+	// A connection opened ahead (UseFirst) skips the look before
+	// connecting: the take-up looked at the slot a moment ago, and
+	// heldSlot looks again once the session holds it.
 	opened := s.first.Swap(nil)
 	if opened == nil {
-		end = startup.Phase(ctx, "repl_open")
+		if err := s.usableSlot(ctx); err != nil {
+			return err
+		}
+		end := startup.Phase(ctx, "repl_open")
+		var err error
 		opened, err = Open(ctx, s.cfg.Repl)
 		end()
 		if err != nil {
@@ -250,13 +242,14 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 			return err
 		}
 	}
-	end = startup.Phase(ctx, "start_replication")
+	end := startup.Phase(ctx, "start_replication")
 	if err := s.startReplication(ctx, conn); err != nil {
 		return err
 	}
 	end()
 	end = startup.Phase(ctx, "held_slot")
-	if info, err = s.heldSlot(ctx, walsender); err != nil {
+	info, err := s.heldSlot(ctx, walsender)
+	if err != nil {
 		return err
 	}
 	end()
@@ -287,6 +280,21 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 	sess.senderTimeout, sess.statusEvery = senderTimeout, every
 	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
 	return sess.run(ctx)
+}
+
+// usableSlot looks at the slot before connecting as well as after (see
+// heldSlot): a slot that cannot be used is refused without a replication
+// connection.
+func (s *Stream) usableSlot(ctx context.Context) error {
+	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !info.Exists {
+		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
+			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
+	}
+	return CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database)
 }
 
 // startReplication starts streaming from the slot at 0/0: the server then
