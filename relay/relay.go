@@ -126,13 +126,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	monitor := replication.NewMonitor(pool, cfg.Slot, 5*time.Second, log.With().Str("component", "monitor").Logger(), replMetrics)
-	bg.goRun("slot monitor", monitor.Run)
+	bg.goRun("slot monitor", afterFirstSession(wal, monitor.Run))
 	dead, err := newDeadLetterGauge(r.reg, st.store, deadLetterEvery, log.With().Str("component", "monitor").Logger())
 	if err != nil {
 		return err
 	}
-	bg.goRun("dead-letter count", dead.Run)
-	bg.goRun("confirmation gate", pipe.gate.Run)
+	bg.goRun("dead-letter count", afterFirstSession(wal, dead.Run))
+	bg.goRun("confirmation gate", afterFirstSession(wal, pipe.gate.Run))
 	r.wal.Store(wal)
 
 	wal.UseFirst(up.repl)
@@ -142,6 +142,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		err = cause
 	}
 	return err
+}
+
+// afterFirstSession runs run once the stream's first session streams or
+// ended: the readers in the background (the slot's metrics, the
+// dead-letter count, the confirmation gate's checks) would otherwise query
+// Postgres beside the session's own start, and make it wait for a new
+// connection of the pool. The gate confirms nothing before then anyway:
+// the session confirms nothing new until it streams.
+func afterFirstSession(wal *replication.Stream, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-wal.FirstSession():
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
 }
 
 // takenUp is what the start-up protocol leaves for streaming.

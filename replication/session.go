@@ -105,7 +105,10 @@ type session struct {
 	// committed is set at the session's first COMMIT: coalescing waits for
 	// it, so that the first event is read (and published) at once rather
 	// than after a batch or a linger, however far behind the session starts.
-	committed    bool
+	committed bool
+	// firstWAL ends the start-up phase that waits for the first WAL data
+	// (the walsender decoding from the slot's restart point); nil after.
+	firstWAL     func()
 	readDeadline time.Time // the read deadline set last
 }
 
@@ -213,6 +216,10 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		s.coalesced(s.co.off(), ka.ServerWALEnd)
 		return s.tick(ctx, ka.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
+		if s.firstWAL != nil {
+			s.firstWAL()
+			s.firstWAL = nil
+		}
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
 			return fmt.Errorf("parse XLogData: %w", err)

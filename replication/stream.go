@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,7 +108,18 @@ type Stream struct {
 	busyAt atomic.Int64
 	// first is a connection opened ahead for the next session (UseFirst).
 	first atomic.Pointer[Opened]
+	// settled is closed once the first session streams or ends.
+	settled     chan struct{}
+	settledOnce sync.Once
 }
+
+// FirstSession is closed once the first session streams, or ended
+// without streaming (a standby, an error): until then it has the pool to
+// itself, which the relay's background readers leave it (a query of
+// theirs meanwhile can cost the session a new connection).
+func (s *Stream) FirstSession() <-chan struct{} { return s.settled }
+
+func (s *Stream) settle() { s.settledOnce.Do(func() { close(s.settled) }) }
 
 // UseFirst gives the stream a replication connection opened ahead of its
 // first session, which then starts on it instead of dialing (the stream
@@ -129,7 +141,7 @@ func NewStream(cfg Config, pool *pgxpool.Pool, log zerolog.Logger, metrics *Metr
 	if err := CheckName("publication", cfg.Publication); err != nil {
 		return nil, err
 	}
-	return &Stream{cfg: cfg, pool: pool, log: log, metrics: metrics}, nil
+	return &Stream{cfg: cfg, pool: pool, log: log, metrics: metrics, settled: make(chan struct{})}, nil
 }
 
 // Streaming reports whether a replication session is streaming now.
@@ -168,6 +180,7 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 	for {
 		started := time.Now()
 		err := s.classify(s.session(ctx, h))
+		s.settle()
 		s.streaming.Store(false)
 		s.noteSession(err)
 		s.metrics.Connected.Set(0)
@@ -265,6 +278,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		}
 	}
 	s.streaming.Store(true)
+	s.settle()
 	s.metrics.Connected.Set(1)
 	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
 		Str("lsn", info.ConfirmedFlush.String()).Dur("wal_sender_timeout", senderTimeout).
@@ -278,6 +292,7 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		sent:   info.ConfirmedFlush,
 	}
 	sess.senderTimeout, sess.statusEvery = senderTimeout, every
+	sess.firstWAL = startup.Phase(ctx, "first_wal")
 	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
 	return sess.run(ctx)
 }
