@@ -266,9 +266,15 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 		return up, err
 	}
 	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
-	opened, err = repl.wait()
-	if err != nil {
-		return up, err
+	if opened, err = repl.wait(); err != nil {
+		// Tried before Postgres answered: OpenPool waits for it, Open
+		// does not. Once more, now that it does.
+		end := startup.Phase(ctx, "repl_open")
+		opened, err = replication.Open(ctx, r.replCfg)
+		end()
+		if err != nil {
+			return up, err
+		}
 	}
 	src, err := newSourceFrom(opened.System(), r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +30,12 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) all() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func (b *syncBuffer) line(msg string) string {
@@ -117,4 +126,109 @@ func phaseStart(t *testing.T, s string) time.Duration {
 		t.Fatalf("phase %q: want \"<took> at <start>\"", s)
 	}
 	return d
+}
+
+// A relay started before Postgres answers waits for it (OpenPool), and
+// then streams: the replication connection, tried ahead while Postgres
+// did not answer yet, is tried again once it does.
+func TestStartBeforePostgresAnswers(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	cfg := testConfig(t, env)
+	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
+	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
+
+	u, err := url.Parse(env.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = free.Addr().String()
+	free.Close() // nothing answers there until the proxy below listens
+	cfg.PGURL = u.String()
+
+	nc, err := nats.Connect(env.NATSURL, nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	out := &syncBuffer{}
+	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := startup.New(time.Now(), zerolog.New(out).Level(zerolog.DebugLevel))
+	ctx, cancel := context.WithCancel(startup.NewContext(context.Background(), trace))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	// The replication connection was tried (and failed) while nothing
+	// answered.
+	waitFor(t, time.Minute, "the first attempt at the replication connection", func() bool {
+		return strings.Contains(out.all(), `"phase":"repl_open"`)
+	})
+	proxy(t, u.Host, target)
+	waitFor(t, time.Minute, "the start-up line", func() bool {
+		select {
+		case err := <-done:
+			done <- nil
+			t.Fatalf("the relay stopped: %v", err)
+		default:
+		}
+		return out.line("start-up took") != ""
+	})
+	env.WaitStored(1, 30*time.Second)
+}
+
+// proxy forwards connections to addr to target until the test ends.
+func proxy(t *testing.T, addr, target string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	keep := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			keep(c)
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			keep(up)
+			wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
 }
