@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -90,7 +91,7 @@ func (c Config) streamSpec() sink.StreamSpec {
 }
 
 // sinkConfig is the publisher's configuration for stream.
-func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp) sink.Config {
+func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp, trace *startup.Trace) sink.Config {
 	maxSize, lastSeq := streamLimits(stream)
 	return sink.Config{
 		Subject:           c.Subject,
@@ -103,5 +104,6 @@ func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, sou
 		StartSeq:          lastSeq,
 		RecordDeadLetter:  recordDeadLetter(store),
 		Source:            source,
+		FirstStored:       func() { trace.Finish("first PubAck") },
 	}
 }

@@ -30,13 +30,26 @@ type takeUpLock struct {
 // slot belongs to one database).
 func lockKey(slot string) string { return "outbox-relay take-up " + slot }
 
-// lockTakeUp waits for the take-up lock of slot.
-func lockTakeUp(ctx context.Context, pool *pgxpool.Pool, slot string, log zerolog.Logger) (*takeUpLock, error) {
+// takeUpConn takes a connection out of pool for the take-up lock of slot.
+func takeUpConn(ctx context.Context, pool *pgxpool.Pool, slot string) (*pgx.Conn, error) {
 	pc, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect for the take-up lock of slot %q: %w", slot, err)
 	}
-	conn := pc.Hijack()
+	return pc.Hijack(), nil
+}
+
+// closeConn closes a connection taken out of the pool.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// lockTakeUp waits, on conn (which it then owns), for the take-up lock
+// of slot; when another instance holds it, beforeWait decides first
+// whether to wait at all.
+func lockTakeUp(ctx context.Context, conn *pgx.Conn, slot string, beforeWait func() error, log zerolog.Logger) (*takeUpLock, error) {
 	l := &takeUpLock{conn: conn}
 	var got bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lockKey(slot)).Scan(&got); err != nil {
@@ -45,6 +58,10 @@ func lockTakeUp(ctx context.Context, pool *pgxpool.Pool, slot string, log zerolo
 	}
 	if got {
 		return l, nil
+	}
+	if err := beforeWait(); err != nil {
+		l.release()
+		return nil, err
 	}
 	log.Info().Str("slot", slot).Msg("another relay instance is taking up the slot (creating it, publishing the rows present at its creation, or repairing); waiting for it")
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lockKey(slot)); err != nil {
@@ -71,8 +88,4 @@ func (l *takeUpLock) held(ctx context.Context) error {
 var errLockLost = errors.New("lost the connection that held the take-up lock; another instance may have taken over")
 
 // release closes the connection, which releases the lock.
-func (l *takeUpLock) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = l.conn.Close(ctx)
-}
+func (l *takeUpLock) release() { closeConn(l.conn) }

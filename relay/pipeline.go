@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -35,6 +36,10 @@ type pipeline struct {
 	// publish. Its COMMIT ends the batch (Publisher.EndBatch).
 	batchStart time.Time
 	batchLSN   pglogrepl.LSN
+	// trace times the start-up until the first PubAck (nil: not traced);
+	// from is where the latest session started reading.
+	trace *startup.Trace
+	from  pglogrepl.LSN
 }
 
 // skip reports whether ev was handed over already or is stored already.
@@ -88,7 +93,15 @@ func (p *pipeline) Commit(end pglogrepl.LSN) {
 	}
 }
 
-func (p *pipeline) Idle(walEnd pglogrepl.LSN) { p.tracker.Idle(walEnd) }
+func (p *pipeline) Idle(walEnd pglogrepl.LSN) {
+	p.tracker.Idle(walEnd)
+	// A keepalive beyond where the session started, with nothing awaiting
+	// a PubAck: what was read held nothing to publish (the walsender
+	// sends one at the start position too, before reading anything).
+	if !p.trace.Done() && walEnd > p.from && p.pub.Pending() == 0 {
+		p.trace.Finish("read past the start with nothing to publish")
+	}
+}
 
 func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error) {
 	flushed := p.tracker.Flushed(p.pub.AckedThrough())

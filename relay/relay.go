@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -119,6 +121,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	st, pipe, pool := up.starter, up.pipe, up.pool
+	pipe.trace = startup.FromContext(ctx)
 	replMetrics := replication.NewMetrics(r.reg)
 	wal, err := replication.NewStream(replication.Config{
 		Repl:           r.replCfg,
@@ -135,15 +138,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	monitor := replication.NewMonitor(pool, cfg.Slot, 5*time.Second, log.With().Str("component", "monitor").Logger(), replMetrics)
-	bg.goRun("slot monitor", monitor.Run)
+	bg.goRun("slot monitor", afterFirstSession(wal, monitor.Run))
 	dead, err := newDeadLetterGauge(r.reg, st.store, deadLetterEvery, log.With().Str("component", "monitor").Logger())
 	if err != nil {
 		return err
 	}
-	bg.goRun("dead-letter count", dead.Run)
-	bg.goRun("confirmation gate", pipe.gate.Run)
+	bg.goRun("dead-letter count", afterFirstSession(wal, dead.Run))
+	bg.goRun("confirmation gate", afterFirstSession(wal, pipe.gate.Run))
 	r.wal.Store(wal)
 
+	wal.UseFirst(up.repl)
+	up.repl = nil
 	err = wal.Run(bg.ctx, pipe)
 	if cause := bg.failure(); cause != nil && err == nil {
 		err = cause
@@ -151,10 +156,28 @@ func (r *Relay) Run(ctx context.Context) error {
 	return err
 }
 
+// afterFirstSession runs run once the stream's first session streams or
+// ended: the readers in the background (the slot's metrics, the
+// dead-letter count, the confirmation gate's checks) would otherwise query
+// Postgres beside the session's own start, and make it wait for a new
+// connection of the pool. The gate confirms nothing before then anyway:
+// the session confirms nothing new until it streams.
+func afterFirstSession(wal *replication.Stream, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-wal.FirstSession():
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
+}
+
 // takenUp is what the start-up protocol leaves for streaming.
 type takenUp struct {
 	pool    *pgxpool.Pool
-	record  *pgxpool.Pool // the primary's, with --primary-url
+	record  *pgxpool.Pool       // the primary's, with --primary-url
+	repl    *replication.Opened // the first session's connection, if opened ahead
 	pub     *sink.Publisher
 	starter *starter
 	pipe    *pipeline
@@ -162,6 +185,7 @@ type takenUp struct {
 }
 
 func (t *takenUp) close() {
+	t.repl.Close(context.Background())
 	if t.pub != nil {
 		t.pub.Close()
 	}
@@ -194,34 +218,95 @@ func closePool(pool *pgxpool.Pool) {
 // takeUp connects, checks the setup, provisions the stream, starts the
 // publisher in bg and takes up the slot: resume, create (publishing the
 // rows already in the table) or repair it, or refuse.
-func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
+//
+// Steps that wait on different servers or connections overlap: the
+// stream is provisioned in NATS, and the replication connection is
+// opened and identified, while Postgres is connected to; the setup's
+// check runs beside the take-up's first reads, on a connection of its
+// own, and is waited for before the take-up acts (see starter.checked);
+// the take-up lock's connection is opened beside them too. The take-up
+// itself (the lock, then the slot, the record and the stream read in that
+// order) is unchanged. A setup problem is reported before any failure
+// after it, as when the check ran first.
+func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) {
 	cfg, log := r.cfg, r.log
+	repl := runAhead(ctx, func(ctx context.Context) (*replication.Opened, error) {
+		defer startup.Phase(ctx, "repl_open")()
+		return replication.Open(ctx, r.replCfg)
+	})
+	streamAhead := runAhead(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		defer startup.Phase(ctx, "nats_stream")()
+		return EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
+	})
+	var opened *replication.Opened
+	var checked *ahead[struct{}]
+	defer func() {
+		if err != nil && checked != nil {
+			// A setup problem explains most failures after it (a role
+			// without REPLICATION cannot open the replication connection).
+			if _, cerr := checked.wait(); cerr != nil {
+				err = cerr
+			}
+		}
+		if checked != nil {
+			checked.discard(nil)
+		}
+		streamAhead.discard(nil)
+		repl.discard(func(o *replication.Opened) { o.Close(ctx) })
+		if up == nil || up.repl == nil {
+			opened.Close(ctx) // not handed to the session
+		}
+	}()
+	end := startup.Phase(ctx, "pg_pool")
 	pool, err := OpenPool(ctx, r.poolCfg, log)
+	end()
 	if err != nil {
 		return nil, err
 	}
-	up := &takenUp{pool: pool}
-	if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
-		return up, err
-	}
-	warnForeignHeaders(ctx, pool, cfg.Table, log)
-	stream, err := EnsureStream(ctx, r.nc, cfg.streamSpec(), log)
-	if err != nil {
-		return up, err
-	}
+	up = &takenUp{pool: pool}
 	record := pool
 	if r.primaryCfg != nil {
-		if up.record, err = OpenPool(ctx, r.primaryCfg, log); err != nil {
+		end := startup.Phase(ctx, "primary_pool")
+		up.record, err = OpenPool(ctx, r.primaryCfg, log)
+		end()
+		if err != nil {
 			return up, err
 		}
 		record = up.record
 	}
-	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot)
-	src, err := newSource(ctx, r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
+	lockConn := runAhead(ctx, func(ctx context.Context) (*pgx.Conn, error) {
+		defer startup.Phase(ctx, "lock_connect")()
+		return takeUpConn(ctx, record, cfg.Slot)
+	})
+	defer lockConn.discard(closeConn) // unless the starter took it
+	checked = runAhead(ctx, func(ctx context.Context) (struct{}, error) {
+		defer startup.Phase(ctx, "setup_check")()
+		if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
+			return struct{}{}, err
+		}
+		warnForeignHeaders(ctx, pool, cfg.Table, log)
+		return struct{}{}, nil
+	})
+	stream, err := streamAhead.wait()
 	if err != nil {
 		return up, err
 	}
-	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
+	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot)
+	if opened, err = repl.wait(); err != nil {
+		// Tried before Postgres answered: OpenPool waits for it, Open
+		// does not. Once more, now that it does.
+		end := startup.Phase(ctx, "repl_open")
+		opened, err = replication.Open(ctx, r.replCfg)
+		end()
+		if err != nil {
+			return up, err
+		}
+	}
+	src, err := newSourceFrom(opened.System(), r.replCfg, cfg.Slot, r.nc, log.With().Str("component", "source").Logger())
+	if err != nil {
+		return up, err
+	}
+	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp, startup.FromContext(ctx)), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
 		return up, err
 	}
 	bg.goRun("publisher", up.pub.Run)
@@ -233,13 +318,19 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (*takenUp, error) {
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
 	// The starter reads the stream as this relay's (sink.WithSource).
-	up.starter = &starter{cfg: cfg, pool: pool, record: record, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log}
-	up.pipe, up.action, err = up.starter.start(ctx)
-	if err == nil {
-		up.pipe.source = src
-		err = src.slotTakenUp(ctx, store)
+	up.starter = &starter{cfg: cfg, pool: pool, record: record, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn, checked: checked,
+		closeRepl: func() { opened.Close(ctx); opened = nil }}
+	if up.pipe, up.action, err = up.starter.start(ctx); err != nil {
+		return up, err
 	}
-	return up, err
+	up.pipe.source = src
+	// The slot's creation point, as the take-up left it in the record.
+	src.setOrigin(up.starter.origin)
+	// A quick take-up (no slot created, nothing published from the table)
+	// hands the connection opened meanwhile to the first session; a slot's
+	// creation closed it (closeRepl), and the session dials anew.
+	up.repl = opened
+	return up, nil
 }
 
 // deadLetterKey names a dead-lettered event in Postgres: its id as the row

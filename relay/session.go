@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -22,9 +23,11 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 	cfg := s.cfg
 	return func(ctx context.Context, start replication.SessionStart) error {
 		info := start.Slot
+		end := startup.Phase(ctx, "ledger_refresh")
 		if err := pipe.ledger.Refresh(ctx); err != nil {
 			return err
 		}
+		end()
 		if info.ConfirmedFlush > pipe.ledger.Allowed() {
 			return &replication.FatalError{
 				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else, and events in between may be missing from the stream",
@@ -40,7 +43,9 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		stored := &checkpoint.Stored{}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
+		end = startup.Phase(ctx, "dead_letter_stream")
 		dead, err := pipe.source.deadLetters(rctx, s.stream, cfg.DeadLetterSubject)
+		end()
 		if err != nil {
 			return err
 		}
@@ -50,6 +55,8 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 			From: info.ConfirmedFlush, Source: pipe.source.Source(),
 		}
 		var deadLetters []sink.StoredEvent
+		end = startup.Phase(ctx, "tail_read")
+		defer end()
 		err = sink.ReadTail(rctx, tail, func(ev sink.StoredEvent) {
 			stored.Add(ev.Position, ev.ID)
 			if ev.DeadLetter {
@@ -62,7 +69,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		if err := recordStoredDeadLetters(ctx, s.store, deadLetters); err != nil {
 			return err
 		}
-		pipe.stored = stored
+		pipe.stored, pipe.from = stored, info.ConfirmedFlush
 		if stored.Len() > 0 {
 			s.log.Info().Int("events", stored.Len()).Str("lsn", info.ConfirmedFlush.String()).
 				Msg("the stream already holds events the slot will replay: skipping exactly those")

@@ -42,6 +42,11 @@ func newSource(ctx context.Context, repl *pgconn.Config, slot string, nc *nats.C
 	if err != nil {
 		return nil, err
 	}
+	return newSourceFrom(id, repl, slot, nc, log)
+}
+
+// newSourceFrom is newSource for a system identified already.
+func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot string, nc *nats.Conn, log zerolog.Logger) (*source, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
@@ -82,10 +87,15 @@ func (s *source) slotTakenUp(ctx context.Context, store *checkpoint.Store) error
 	if err != nil {
 		return err
 	}
-	src := s.stamp.Source()
-	src.Origin = rec.CreatedLSN
-	s.stamp.Set(src)
+	s.setOrigin(rec.CreatedLSN)
 	return nil
+}
+
+// setOrigin stamps the slot's creation point on every message from now on.
+func (s *source) setOrigin(created pglogrepl.LSN) {
+	src := s.stamp.Source()
+	src.Origin = created
+	s.stamp.Set(src)
 }
 
 // refresh takes the system's identity as a replication session found it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
@@ -47,21 +48,62 @@ type starter struct {
 	// slotWait is how long creating the slot took, until its snapshot
 	// could be read (on a standby: until the primary's WAL let it).
 	slotWait time.Duration
+	// lockConn opens the take-up lock's connection on record (started
+	// ahead).
+	lockConn *ahead[*pgx.Conn]
+	// closeRepl closes the replication connection opened ahead for the
+	// first session, before a slot is created: that takes a WAL sender of
+	// its own, and max_wal_senders may leave the relay only one.
+	closeRepl func()
 	// publication is the identity of the publication recorded with the
 	// slot; the confirmation gate compares it with the live one.
 	publication string
+	// origin is the slot's creation point, as the take-up recorded it.
+	origin pglogrepl.LSN
+	// checked is the check of the setup (replication.Check), run beside
+	// the take-up's first reads: it is waited for before the take-up acts
+	// (writes the record, creates or drops a slot) or waits for another
+	// instance's lock, and its error comes first.
+	checked *ahead[struct{}]
+}
+
+// setupChecked waits for the setup's check and returns its error.
+func (s *starter) setupChecked() error {
+	if s.checked == nil {
+		return nil
+	}
+	_, err := s.checked.wait()
+	return err
 }
 
 func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	pipe, action, err := s.takeUp(ctx)
+	if err != nil {
+		if cerr := s.setupChecked(); cerr != nil {
+			return nil, 0, cerr
+		}
+	}
+	return pipe, action, err
+}
+
+func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, error) {
+	end := startup.Phase(ctx, "check_servers")
 	if err := s.checkServers(ctx); err != nil {
 		return nil, 0, err
 	}
+	end()
 	if s.cfg.Failover {
 		if err := s.checkFailover(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
-	lock, err := lockTakeUp(ctx, s.record, s.cfg.Slot, s.log)
+	end = startup.Phase(ctx, "take_up_lock")
+	conn, err := s.lockConn.wait()
+	if err != nil {
+		return nil, 0, err
+	}
+	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.setupChecked, s.log)
+	end()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -69,8 +111,13 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	// The record is read and written on the lock's connection: a write that
 	// succeeds is one made while this instance held the lock.
 	locked := s.store.On(lock.conn)
+	end = startup.Phase(ctx, "decide")
 	slot, rec, action, err := s.decide(ctx, locked)
+	end()
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.setupChecked(); err != nil {
 		return nil, 0, err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("action", action.String()).Str("lsn", slot.ConfirmedFlush.String()).Msg("taking up the replication slot")
@@ -85,9 +132,11 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 	switch action {
 	case checkpoint.Resume:
 		created, limit = rec.CreatedLSN, rec.Limit
+		end = startup.Phase(ctx, "publication")
 		if err := s.samePublication(ctx, locked, rec); err != nil {
 			return nil, 0, err
 		}
+		end()
 	case checkpoint.Adopt:
 		s.log.Warn().Str("slot", s.cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
 		if s.publication, err = s.publicationIdentity(ctx); err != nil {
@@ -104,6 +153,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 		}
 		limit = created
 	}
+	s.origin = created
 	pipe.ledger = checkpoint.NewLedger(s.store, created, limit, s.log)
 	pipe.gate = checkpoint.NewGate(pipe.ledger, s.checkPublication, s.log.With().Str("component", "checkpoint").Logger())
 	return pipe, action, nil
@@ -171,6 +221,9 @@ func (s *starter) takeUpKind(action checkpoint.Action, rec checkpoint.Record) ta
 // the new slot's snapshot what t asks for, and records the end: each step
 // written down before the next, on the lock's connection.
 func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked *checkpoint.Store, slot replication.SlotInfo, pipe *pipeline, t takeUp) (pglogrepl.LSN, error) {
+	if s.closeRepl != nil {
+		s.closeRepl()
+	}
 	if err := locked.Begin(ctx, t.kind, t.since); err != nil {
 		return 0, err
 	}

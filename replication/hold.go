@@ -2,9 +2,7 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -42,40 +40,20 @@ type SessionStart struct {
 }
 
 // identify returns, on the replication connection before it streams, the
-// process id of its walsender (pg_backend_pid(): the id in
-// pg_replication_slots.active_pid, also behind a pooler that reports its
-// own in the protocol's BackendKeyData) and the server's identity.
-func identify(ctx context.Context, conn *pgconn.PgConn) (int32, SessionStart, error) {
-	pid, system, err := identifySystem(ctx, conn)
-	if err != nil || system.Timeline <= 1 {
-		return pid, SessionStart{System: system}, err
+// server's identity: IDENTIFY_SYSTEM, and TIMELINE_HISTORY past timeline 1.
+func identify(ctx context.Context, conn *pgconn.PgConn) (SessionStart, error) {
+	system, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return SessionStart{}, fmt.Errorf("identify the Postgres system (IDENTIFY_SYSTEM): %w", err)
+	}
+	if system.Timeline <= 1 {
+		return SessionStart{System: system}, nil
 	}
 	hist, err := pglogrepl.TimelineHistory(ctx, conn, system.Timeline)
 	if err != nil {
-		return 0, SessionStart{}, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", system.Timeline, err)
+		return SessionStart{}, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", system.Timeline, err)
 	}
-	return pid, SessionStart{System: system, TimelineHistory: hist.Content}, nil
-}
-
-func identifySystem(ctx context.Context, conn *pgconn.PgConn) (int32, pglogrepl.IdentifySystemResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := conn.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()
-	if err != nil {
-		return 0, pglogrepl.IdentifySystemResult{}, fmt.Errorf("read the walsender's process id: %w", err)
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return 0, pglogrepl.IdentifySystemResult{}, errors.New("read the walsender's process id: unexpected answer")
-	}
-	pid, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 32)
-	if err != nil {
-		return 0, pglogrepl.IdentifySystemResult{}, fmt.Errorf("read the walsender's process id: %w", err)
-	}
-	system, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return 0, system, fmt.Errorf("identify the Postgres system (IDENTIFY_SYSTEM): %w", err)
-	}
-	return int32(pid), system, nil
+	return SessionStart{System: system, TimelineHistory: hist.Content}, nil
 }
 
 // heldSlot reads the slot once this session's walsender holds it. From

@@ -102,7 +102,14 @@ type session struct {
 	serverEnd     pglogrepl.LSN // WAL end in the server's last keepalive
 	ignored       map[string]bool
 	co            *coalescer // reads in batches while a backlog drains
-	readDeadline  time.Time  // the read deadline set last
+	// committed is set at the session's first COMMIT: coalescing waits for
+	// it, so that the first event is read (and published) at once rather
+	// than after a batch or a linger, however far behind the session starts.
+	committed bool
+	// firstWAL ends the start-up phase that waits for the first WAL data
+	// (the walsender decoding from the slot's restart point); nil after.
+	firstWAL     func()
+	readDeadline time.Time // the read deadline set last
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -209,6 +216,10 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		s.coalesced(s.co.off(), ka.ServerWALEnd)
 		return s.tick(ctx, ka.ReplyRequested)
 	case pglogrepl.XLogDataByteID:
+		if s.firstWAL != nil {
+			s.firstWAL()
+			s.firstWAL = nil
+		}
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
 			return fmt.Errorf("parse XLogData: %w", err)
@@ -228,11 +239,14 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 	}
 	switch m.Kind {
 	case decode.KindBegin:
-		s.coalesced(s.co.commitLag(xld.ServerTime.Sub(m.CommitTime)), xld.WALStart)
+		if s.committed {
+			s.coalesced(s.co.commitLag(xld.ServerTime.Sub(m.CommitTime)), xld.WALStart)
+		}
 	case decode.KindEvent:
 		s.metrics.Events.Inc()
 		return s.offer(ctx, &m.Event)
 	case decode.KindCommit:
+		s.committed = true
 		s.h.Commit(m.EndLSN)
 	case decode.KindIgnored:
 		s.metrics.Ignored.Inc()

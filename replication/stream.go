@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 )
 
 // Handler receives what the stream decodes, in WAL order, on the goroutine
@@ -104,6 +106,29 @@ type Stream struct {
 	// busyAt is when the latest session found the slot held by another
 	// process (Unix nanoseconds); 0 when it ended otherwise.
 	busyAt atomic.Int64
+	// first is a connection opened ahead for the next session (UseFirst).
+	first atomic.Pointer[Opened]
+	// settled is closed once the first session streams or ends.
+	settled     chan struct{}
+	settledOnce sync.Once
+}
+
+// FirstSession is closed once the first session streams, or ended
+// without streaming (a standby, an error): until then it has the pool to
+// itself, which the relay's background readers leave it (a query of
+// theirs meanwhile can cost the session a new connection).
+func (s *Stream) FirstSession() <-chan struct{} { return s.settled }
+
+func (s *Stream) settle() { s.settledOnce.Do(func() { close(s.settled) }) }
+
+// UseFirst gives the stream a replication connection opened ahead of its
+// first session, which then starts on it instead of dialing (the stream
+// closes it). It must be younger than the server's idle limits: the relay
+// hands one over only after a quick take-up.
+func (s *Stream) UseFirst(o *Opened) {
+	if old := s.first.Swap(o); old != nil {
+		old.Close(context.Background())
+	}
 }
 
 // NewStream returns a Stream. pool is a regular connection pool to the same
@@ -116,7 +141,7 @@ func NewStream(cfg Config, pool *pgxpool.Pool, log zerolog.Logger, metrics *Metr
 	if err := CheckName("publication", cfg.Publication); err != nil {
 		return nil, err
 	}
-	return &Stream{cfg: cfg, pool: pool, log: log, metrics: metrics}, nil
+	return &Stream{cfg: cfg, pool: pool, log: log, metrics: metrics, settled: make(chan struct{})}, nil
 }
 
 // Streaming reports whether a replication session is streaming now.
@@ -155,6 +180,7 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 	for {
 		started := time.Now()
 		err := s.classify(s.session(ctx, h))
+		s.settle()
 		s.streaming.Store(false)
 		s.noteSession(err)
 		s.metrics.Connected.Set(0)
@@ -205,54 +231,54 @@ func (s *Stream) drainOffline(h Handler) {
 
 // session runs one replication connection from start to end.
 func (s *Stream) session(ctx context.Context, h Handler) error {
-	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
-	if err != nil {
-		return err
+	// A connection opened ahead (UseFirst) skips the look before
+	// connecting: the take-up looked at the slot a moment ago, and
+	// heldSlot looks again once the session holds it.
+	opened := s.first.Swap(nil)
+	if opened == nil {
+		if err := s.usableSlot(ctx); err != nil {
+			return err
+		}
+		end := startup.Phase(ctx, "repl_open")
+		var err error
+		opened, err = Open(ctx, s.cfg.Repl)
+		end()
+		if err != nil {
+			return err
+		}
 	}
-	if !info.Exists {
-		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
-			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
-	}
-	// Checked before connecting as well as after: a slot that cannot be
-	// used is refused without a replication connection.
-	if err := CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database); err != nil {
-		return err
-	}
-	conn, err := pgconn.ConnectConfig(ctx, s.cfg.Repl)
-	if err != nil {
-		return fmt.Errorf("open replication connection to %s: %w", Describe(s.cfg.Repl), err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	senderTimeout, err := walSenderTimeout(ctx, conn)
-	if err != nil {
-		return err
-	}
+	defer opened.Close(ctx)
+	conn, senderTimeout, walsender, start := opened.conn, opened.senderTimeout, opened.walsender, opened.start
 	every := statusEvery(s.cfg.StatusInterval, senderTimeout)
-	walsender, start, err := identify(ctx, conn)
-	if err != nil {
-		return err
-	}
 	if s.cfg.Failover {
 		if err := s.ensureFailover(ctx, conn); err != nil {
 			return err
 		}
 	}
+	end := startup.Phase(ctx, "start_replication")
 	if err := s.startReplication(ctx, conn); err != nil {
 		return err
 	}
-	if info, err = s.heldSlot(ctx, walsender); err != nil {
+	end()
+	end = startup.Phase(ctx, "held_slot")
+	info, err := s.heldSlot(ctx, walsender)
+	if err != nil {
 		return err
 	}
+	end()
 	if s.cfg.BeforeSession != nil {
+		end = startup.Phase(ctx, "before_session")
 		err := s.holdWhile(ctx, conn, info.ConfirmedFlush, every, func(ctx context.Context) error {
 			start.Slot = info
 			return s.cfg.BeforeSession(ctx, start)
 		})
+		end()
 		if err != nil {
 			return err
 		}
 	}
 	s.streaming.Store(true)
+	s.settle()
 	s.metrics.Connected.Set(1)
 	s.log.Info().Str("slot", s.cfg.Slot).Str("publication", s.cfg.Publication).
 		Str("lsn", info.ConfirmedFlush.String()).Dur("wal_sender_timeout", senderTimeout).
@@ -266,8 +292,24 @@ func (s *Stream) session(ctx context.Context, h Handler) error {
 		sent:   info.ConfirmedFlush,
 	}
 	sess.senderTimeout, sess.statusEvery = senderTimeout, every
+	sess.firstWAL = startup.Phase(ctx, "first_wal")
 	sess.askAfter, sess.deadAfter = silenceLimits(senderTimeout)
 	return sess.run(ctx)
+}
+
+// usableSlot looks at the slot before connecting as well as after (see
+// heldSlot): a slot that cannot be used is refused without a replication
+// connection.
+func (s *Stream) usableSlot(ctx context.Context) error {
+	info, err := LookupSlot(ctx, s.pool, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !info.Exists {
+		return gap(fmt.Errorf("replication slot %q does not exist", s.cfg.Slot),
+			"it was dropped while the relay used it; WAL written since its last confirmed position was not decoded")
+	}
+	return CheckSlot(info, s.cfg.Slot, s.cfg.Repl.Database)
 }
 
 // startReplication starts streaming from the slot at 0/0: the server then
@@ -282,26 +324,6 @@ func (s *Stream) startReplication(ctx context.Context, conn *pgconn.PgConn) erro
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, err)
 	}
 	return nil
-}
-
-// walSenderTimeout reads wal_sender_timeout on the replication connection
-// itself: the setting can differ per role, database or connection, and the
-// walsender serving this connection is the one that applies it.
-func walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return 0, errors.New("read wal_sender_timeout on the replication connection: unexpected answer to SHOW")
-	}
-	d, err := parseMillis(string(res[0].Rows[0][0]))
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout on the replication connection: %w", err)
-	}
-	return d, nil
 }
 
 // parseMillis parses a time setting as SHOW prints one whose base unit is

@@ -59,6 +59,11 @@ type Config struct {
 	// Source, when set, is stamped on every message (the Outbox-Source-*
 	// headers), so that the relay can tell its messages from others'.
 	Source *Stamp
+	// FirstStored, when set, is called once, when the first message is
+	// stored (its PubAck received), on the goroutine receiving PubAcks,
+	// with the Publisher's lock held: it must not block. The relay ends its
+	// start-up trace there.
+	FirstStored func()
 }
 
 func (c *Config) setDefaults() {
@@ -144,6 +149,7 @@ type Publisher struct {
 	limitsChanged bool     // the stream refused a message as too large: reread its limits
 
 	recordLogs *retry.LogLimiter
+	stored     bool // a message was stored (FirstStored was called)
 
 	acked atomic.Uint64 // every sequence number <= acked is settled
 	room  chan struct{} // a slot was freed
@@ -553,6 +559,12 @@ func (p *Publisher) storedLocked(s *slot, r reply) {
 		s.state = acked
 	}
 	p.metrics.AckLatency.Observe(time.Since(s.sentAt).Seconds())
+	if !p.stored {
+		p.stored = true
+		if p.cfg.FirstStored != nil {
+			p.cfg.FirstStored()
+		}
+	}
 	if e := p.log.Debug(); e.Enabled() {
 		e.Str("event_id", s.ev.ID).Str("event_type", s.ev.EventType).Str("aggregate_id", s.ev.AggregateID).
 			Str("lsn", formatLSN(s.ev.Position.CommitLSN)).Uint64("stream_seq", r.streamSeq).Bool("duplicate", r.duplicate).Msg("stored")

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -155,7 +156,9 @@ func serve(ctx context.Context, nf natsFlags, metricsAddr string, log zerolog.Lo
 			return err
 		}
 	}
+	end := startup.Phase(ctx, "nats_connect")
 	nc, err := connectNATS(nf, "outbox-relay", log)
+	end()
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -202,6 +203,9 @@ func (b *bench) coldDrain(ctx context.Context, sc scenario, end pglogrepl.LSN, r
 		return fmt.Errorf("relay exit: %w", err)
 	}
 	r.natsUp, r.takenUp, r.streamed = startupPhases(logFile, started)
+	if line := startupLine(logFile); line != "" {
+		b.progress("  the relay's start-up, as it logged it: %s", line)
+	}
 	rows, err := b.verify(ctx, sc, stream)
 	b.coldChecked += rows
 	return err
@@ -248,4 +252,19 @@ func startupPhases(logFile string, started time.Time) (natsUp, takenUp, streamin
 		}
 	}
 	return natsUp, takenUp, streaming
+}
+
+// startupLine returns the relay's "start-up took" log line (its phases,
+// timed from its main), or "" when it logged none.
+func startupLine(logFile string) string {
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, `"message":"start-up took"`) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
