@@ -87,7 +87,7 @@ func (s *starter) start(ctx context.Context) (*pipeline, checkpoint.Action, erro
 }
 
 func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, error) {
-	end := startup.Phase(ctx, "check_servers")
+	end := startup.Phase(ctx, "check_primary")
 	if err := s.checkServers(ctx); err != nil {
 		return nil, 0, err
 	}
