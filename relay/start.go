@@ -47,6 +47,9 @@ type starter struct {
 	// slotWait is how long creating the slot took, until its snapshot
 	// could be read (on a standby: until the primary's WAL let it).
 	slotWait time.Duration
+	// nudges counts the running-transactions records the primary wrote
+	// at the relay's request while the slot was created on the standby.
+	nudges int
 	// publication is the identity of the publication recorded with the
 	// slot; the confirmation gate compares it with the live one.
 	publication string
@@ -117,6 +120,9 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 		return slot, checkpoint.Record{}, 0, err
 	}
 	if slot.Exists && !cfg.Repair {
+		if s.standby && slot.WALStatus == "lost" {
+			return slot, checkpoint.Record{}, 0, s.standbySlotLost(ctx, slot)
+		}
 		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
 			return slot, checkpoint.Record{}, 0, err
 		}
@@ -190,7 +196,7 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 		return 0, err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("lsn", point.String()).Int("published", published).Str("kind", string(t.kind)).Bool("redo", t.redo).
-		Int64("create_ms", s.slotWait.Milliseconds()).
+		Int64("create_ms", s.slotWait.Milliseconds()).Int("nudges", s.nudges).
 		Msg("created the replication slot; published the rows the stream needed from the table")
 	return point, nil
 }
