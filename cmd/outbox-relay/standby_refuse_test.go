@@ -106,7 +106,9 @@ func nudgeGrant(t *testing.T, env *relaytest.Env, pair *relaytest.Pair, standbyU
 		t.Fatal(err)
 	}
 	pair.WaitReplayed()
-	asRole := func(url string) string { return strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1) }
+	asRole := func(url string) string {
+		return strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1)
+	}
 	rep, _, out := runDoctor(t, env, "--pg-url", asRole(standbyURL), "--primary-url", asRole(primaryURL))
 	warned := false
 	for _, f := range findingOf(rep, "postgres.standby", doctor.Warn) {
