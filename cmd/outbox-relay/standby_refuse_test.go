@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -21,7 +22,9 @@ import (
 //   - doctor: a malformed --primary-url reported as such, an unreachable
 //     one exits 2, --primary-url with --source poll exits 2;
 //   - a role that may not call pg_log_standby_snapshot() on the primary is
-//     warned of with the GRANT, which migrate --relay-role gives.
+//     warned of with the GRANT, which migrate --relay-role gives;
+//   - creating the slot with replay paused: warned of at start, progress
+//     logged while it waits, done once replay resumes.
 //
 // None of them leaves a slot on the standby.
 func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env) {
@@ -61,6 +64,8 @@ func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env)
 
 	doctorMessages(t, env, standbyURL, primaryURL)
 	nudgeGrant(t, env, pair, standbyURL, primaryURL)
+
+	pausedCreation(t, env, standby, primaryURL)
 
 	if pair.Primary.MajorVersion() >= relaytest.FailoverMajor {
 		syncedSlot(t, env, pair, standby)
@@ -165,6 +170,39 @@ func syncedSlot(t *testing.T, env *relaytest.Env, pair *relaytest.Pair, standby 
 		return err == nil && synced
 	})
 	if _, err := env.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, env.Slot); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pausedCreation: a relay started with replay paused on the standby warns
+// of it, and its slot's creation, which cannot end before replay resumes,
+// logs that it waits and why; once replay resumes it streams.
+func pausedCreation(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primaryURL string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := standby.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "replay paused on the standby", func() bool {
+		var state string
+		return standby.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state) == nil && state == "paused"
+	})
+	relay := startRelay(t, env, "--primary-url", primaryURL)
+	const waiting = "creating the slot on the standby: still waiting for the standby to replay"
+	relay.WaitLog(waiting, faultWait)
+	requireLog(t, relay, "replay is paused on the standby", 1)
+	if !strings.Contains(relay.Logs(), `"replay_pause_state":"paused"`) {
+		t.Errorf("the relay's wait for the slot's creation does not say replay is paused; log:\n%s", relay.Logs())
+	}
+	if _, err := standby.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	relay.WaitLog(logStreaming, faultWait)
+	relay.Drain(30 * time.Second)
+	if _, err := standby.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, env.Slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Pool.Exec(ctx, `DELETE FROM public.outbox_relay_slots WHERE slot_name = $1`, env.Slot); err != nil {
 		t.Fatal(err)
 	}
 }
