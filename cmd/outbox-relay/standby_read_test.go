@@ -246,27 +246,7 @@ func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, prim
 		t.Errorf("run --source poll --primary-url (%v):\n%s", err, out)
 	}
 
-	ctx := context.Background()
-	if _, err := standby.Exec(ctx, `ALTER SYSTEM SET hot_standby_feedback = off`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := standby.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(faultWait)
-	for {
-		var on string
-		if err := standby.QueryRow(ctx, `SELECT current_setting('hot_standby_feedback')`).Scan(&on); err != nil {
-			t.Fatal(err)
-		}
-		if on == "off" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hot_standby_feedback still %s %s after the reload", on, faultWait)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	setFeedback(t, standby, "off")
 	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
 	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "hot_standby_feedback") {
 		t.Errorf("doctor does not report the standby's hot_standby_feedback off:\n%s", out)
@@ -276,6 +256,35 @@ func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, prim
 		t.Fatalf("the relay reading from a standby without hot_standby_feedback exited 0; log:\n%s", relay.Logs())
 	}
 	requireLog(t, relay, "SET hot_standby_feedback = on", 1)
+	invalidated(t, env, standby, primary)
+}
+
+// invalidated: with hot_standby_feedback off, the primary's vacuum removes
+// catalog rows the standby's slot needs and Postgres invalidates the slot
+// (a conflict with recovery); with feedback back on, the relay's start
+// refuses the slot as a gap, giving Postgres' reason and the standby's
+// fix.
+func invalidated(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primary string) {
+	t.Helper()
+	ctx := context.Background()
+	waitUntil(t, "the standby's slot invalidated by the primary's vacuum", func() bool {
+		for _, sql := range []string{`CREATE TABLE conflict_test (x int)`, `DROP TABLE conflict_test`, `VACUUM pg_class`} {
+			if _, err := env.Pool.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var lost bool
+		err := standby.QueryRow(ctx, `SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1`, env.Slot).Scan(&lost)
+		return err == nil && lost
+	})
+	setFeedback(t, standby, "on")
+	relay := startRelay(t, env, "--primary-url", primary)
+	if code := relay.Wait(faultWait); code == 0 {
+		t.Fatalf("the relay with an invalidated slot on the standby exited 0; log:\n%s", relay.Logs())
+	}
+	for _, want := range []string{"on the standby was invalidated (", "primary_slot_name", "--recreate-slot"} {
+		requireLog(t, relay, want, 1)
+	}
 }
 
 // interruptTakeUp starts a relay reading from the standby and kills it
@@ -342,4 +351,21 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// setFeedback sets hot_standby_feedback on the standby and waits until it
+// holds.
+func setFeedback(t *testing.T, standby *pgxpool.Pool, value string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := standby.Exec(ctx, `ALTER SYSTEM SET hot_standby_feedback = `+value); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := standby.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "hot_standby_feedback = "+value+" after the reload", func() bool {
+		var got string
+		return standby.QueryRow(ctx, `SELECT current_setting('hot_standby_feedback')`).Scan(&got) == nil && got == value
+	})
 }
