@@ -23,6 +23,7 @@ import (
 //     one exits 2, --primary-url with --source poll exits 2;
 //   - a role that may not call pg_log_standby_snapshot() on the primary is
 //     warned of with the GRANT, which migrate --relay-role gives;
+//   - recovery_min_apply_delay on the standby: doctor warns;
 //   - creating the slot with replay paused: warned of at start, progress
 //     logged while it waits, done once replay resumes.
 //
@@ -66,6 +67,7 @@ func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env)
 	nudgeGrant(t, env, pair, standbyURL, primaryURL)
 
 	pausedCreation(t, env, standby, primaryURL)
+	applyDelay(t, env, standby, standbyURL, primaryURL)
 
 	if pair.Primary.MajorVersion() >= relaytest.FailoverMajor {
 		syncedSlot(t, env, pair, standby)
@@ -205,4 +207,33 @@ func pausedCreation(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, pri
 	if _, err := env.Pool.Exec(ctx, `DELETE FROM public.outbox_relay_slots WHERE slot_name = $1`, env.Slot); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// applyDelay: doctor warns of a standby that delays replay
+// (recovery_min_apply_delay), which the relay would see late.
+func applyDelay(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, standbyURL, primaryURL string) {
+	t.Helper()
+	ctx := context.Background()
+	set := func(v string) {
+		t.Helper()
+		for _, sql := range []string{`ALTER SYSTEM SET recovery_min_apply_delay = '` + v + `'`, `SELECT pg_reload_conf()`} {
+			if _, err := standby.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUntil(t, "recovery_min_apply_delay = "+v, func() bool {
+			var got string
+			return standby.QueryRow(ctx, `SELECT current_setting('recovery_min_apply_delay')`).Scan(&got) == nil && got == v
+		})
+	}
+	set("5min")
+	rep, _, out := runDoctor(t, env, "--pg-url", standbyURL, "--primary-url", primaryURL)
+	warned := false
+	for _, f := range findingOf(rep, "postgres.standby", doctor.Warn) {
+		warned = warned || strings.Contains(f.Message, "recovery_min_apply_delay = 5m0s")
+	}
+	if !warned {
+		t.Errorf("doctor does not warn of the standby's recovery_min_apply_delay:\n%s", out)
+	}
+	set("0")
 }
