@@ -168,6 +168,22 @@ func grantRole(ctx context.Context, conn *pgx.ConnConfig, n Names, role string, 
 		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s.outbox_relay_dead_letters TO %s`, schema, r),
 		fmt.Sprintf(`GRANT SELECT ON %s TO %s`, pgx.Identifier{n.Table.Schema, n.DeadLetterView()}.Sanitize(), r),
 	}
+	if !poll {
+		// A relay reading from a standby asks the primary for a
+		// running-transactions record while it creates its slot there
+		// (docs/standby.md). The function, Postgres 16+, is revoked from
+		// PUBLIC; all it does is write that small WAL record, which the
+		// server writes every 15 s anyway. Granted only by a role that
+		// may (a superuser): the relay warns otherwise, saying what to
+		// grant.
+		stmts = append(stmts, fmt.Sprintf(`DO $$ BEGIN
+			IF current_setting('server_version_num')::int >= 160000 THEN
+				IF has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE WITH GRANT OPTION') THEN
+					GRANT EXECUTE ON FUNCTION pg_catalog.pg_log_standby_snapshot() TO %s;
+				END IF;
+			END IF;
+		END $$`, r))
+	}
 	if poll {
 		stmts = append(stmts,
 			fmt.Sprintf(`GRANT UPDATE (processed_at, attempts, retry_after, last_error) ON %s TO %s`, n.Table.Quoted(), r),

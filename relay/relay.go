@@ -67,6 +67,9 @@ func New(cfg Config, deps Deps) (*Relay, error) {
 		if r.primaryCfg, err = replication.ParsePrimaryConnString(cfg.PrimaryURL); err != nil {
 			return nil, err
 		}
+		if err := replication.CheckOneHost(replCfg); err != nil {
+			return nil, err
+		}
 	}
 	starting := errors.New("starting")
 	r.notReady.Store(&starting)

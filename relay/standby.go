@@ -31,28 +31,45 @@ import (
 // primary wrote.
 
 // checkServers verifies the server(s): without --primary-url the one
-// database must accept writes; with it, see replication.CheckStandbyRead.
+// database must accept writes; with it, --pg-url must be a standby fit to
+// read from (replication.CheckStandbyRead) and the slot's name one no
+// other server uses (replication.CheckStandbySlot).
 func (s *starter) checkServers(ctx context.Context) error {
 	where := replication.Describe(s.repl)
 	if s.record == s.pool {
 		return replication.CheckPrimary(ctx, s.pool, where)
 	}
-	standby, err := replication.CheckStandbyRead(ctx,
-		replication.Server{Pool: s.pool, Where: where},
-		replication.Server{Pool: s.record, Where: replication.Describe(&s.record.Config().ConnConfig.Config)})
+	source := replication.Server{Pool: s.pool, Where: where}
+	primary := replication.Server{Pool: s.record, Where: replication.Describe(&s.record.Config().ConnConfig.Config)}
+	found, err := replication.CheckStandbyRead(ctx, source, primary)
 	if err != nil {
 		return err
 	}
-	s.standby = standby
-	if standby {
-		s.log.Info().Str("standby", where).Msg("reading from a standby: the slot is there, the relay's record on the primary (--primary-url)")
+	for _, w := range found.Warnings {
+		s.log.Warn().Msg(w)
 	}
+	if err := replication.CheckStandbySlot(ctx, source, primary, s.cfg.Slot); err != nil {
+		return err
+	}
+	s.standby = true
+	s.log.Info().Str("standby", where).Msg("reading from a standby: the slot is there, the relay's record on the primary (--primary-url)")
 	return nil
+}
+
+// standbySlotLost explains an invalidated slot on the standby with
+// Postgres' reason for it.
+func (s *starter) standbySlotLost(ctx context.Context, slot replication.SlotInfo) error {
+	h, err := replication.ReadSlotHealth(ctx, s.pool, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	return replication.StandbySlotLost(s.cfg.Slot, slot, h.Invalidated)
 }
 
 // slotOptions are the options of the slot the relay creates. On a standby
 // the creation waits for a running-transactions record from the primary:
-// the relay asks the primary for one every second meanwhile.
+// the relay asks the primary for one every second meanwhile, and logs
+// every progressEvery how far the standby's replay is behind.
 func (s *starter) slotOptions() replication.SlotOptions {
 	opts := replication.SlotOptions{Failover: s.cfg.Failover}
 	if s.standby {
@@ -61,14 +78,38 @@ func (s *starter) slotOptions() replication.SlotOptions {
 	return opts
 }
 
+// progressEvery is how often a slot creation that waits logs its progress.
+const progressEvery = 10 * time.Second
+
 func (s *starter) nudge(primary *pgxpool.Pool) func(context.Context) {
 	logs := retry.NewLogLimiter()
+	began := time.Now()
+	next := began.Add(progressEvery)
 	return func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		err := replication.LogStandbySnapshot(ctx, primary)
+		if err == nil {
+			s.nudges++
+		}
 		if err != nil && ctx.Err() == nil && logs.Allow() {
 			s.log.Warn().Err(err).Msg("creating the slot on the standby waits for a running-transactions record from the primary, which Postgres writes every 15 s or so; asking for one failed (GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO the relay's role to start faster)")
 		}
+		if now := time.Now(); now.After(next) {
+			next = now.Add(progressEvery)
+			s.logReplay(ctx, primary, now.Sub(began))
+		}
 	}
+}
+
+// logReplay logs how far the standby's replay is behind the primary while
+// the slot's creation waits for it.
+func (s *starter) logReplay(ctx context.Context, primary *pgxpool.Pool, waited time.Duration) {
+	r, err := replication.ReadReplay(ctx, s.pool, primary)
+	if err != nil {
+		s.log.Warn().Err(err).Dur("waited", waited).Msg("creating the slot on the standby: still waiting for the standby to replay a running-transactions record")
+		return
+	}
+	s.log.Warn().Dur("waited", waited).Int64("replay_lag_bytes", r.LagBytes).Str("replay_delay", r.Delay.String()).Str("replay_pause_state", r.PauseState).
+		Msg("creating the slot on the standby: still waiting for the standby to replay a running-transactions record (a paused replay or recovery_min_apply_delay holds it up)")
 }

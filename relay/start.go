@@ -55,6 +55,9 @@ type starter struct {
 	// first session, before a slot is created: that takes a WAL sender of
 	// its own, and max_wal_senders may leave the relay only one.
 	closeRepl func()
+	// nudges counts the running-transactions records the primary wrote
+	// at the relay's request while the slot was created on the standby.
+	nudges int
 	// publication is the identity of the publication recorded with the
 	// slot; the confirmation gate compares it with the live one.
 	publication string
@@ -167,6 +170,9 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 		return slot, checkpoint.Record{}, 0, err
 	}
 	if slot.Exists && !cfg.Repair {
+		if s.standby && slot.WALStatus == "lost" {
+			return slot, checkpoint.Record{}, 0, s.standbySlotLost(ctx, slot)
+		}
 		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
 			return slot, checkpoint.Record{}, 0, err
 		}
@@ -243,7 +249,7 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 		return 0, err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("lsn", point.String()).Int("published", published).Str("kind", string(t.kind)).Bool("redo", t.redo).
-		Int64("create_ms", s.slotWait.Milliseconds()).
+		Int64("create_ms", s.slotWait.Milliseconds()).Int("nudges", s.nudges).
 		Msg("created the replication slot; published the rows the stream needed from the table")
 	return point, nil
 }

@@ -230,6 +230,9 @@ func (c *cleaner) checkSlot(ctx context.Context) error {
 		return fmt.Errorf("read the database name: %w", err)
 	}
 	if !info.Exists || info.Database != db {
+		if err := c.onStandby(ctx); err != nil {
+			return err
+		}
 		return fmt.Errorf("replication slot %q does not exist in database %s: cleanup deletes only what the relay's slot has confirmed; start the relay first, or name its slot with --slot", c.cfg.Slot, db)
 	}
 	rec, err := checkpoint.NewStore(c.pool, c.cfg.Table.Schema, c.cfg.Slot).Load(ctx)
@@ -267,4 +270,20 @@ func (c *cleaner) waitConfirmed(ctx context.Context, target pglogrepl.LSN) (pglo
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// onStandby refuses, saying why, a slot that is not on this server but
+// that the relay's record here names: a relay reading from a standby
+// (run --primary-url) keeps its record on the primary and its slot on the
+// standby, and cleanup, which deletes on the primary only what the slot
+// confirmed, does not support a slot on another server.
+func (c *cleaner) onStandby(ctx context.Context) error {
+	rec, err := checkpoint.NewStore(c.pool, c.cfg.Table.Schema, c.cfg.Slot).Load(ctx)
+	if err != nil {
+		return err
+	}
+	if !rec.Exists || rec.CreatedLSN == 0 {
+		return nil
+	}
+	return fmt.Errorf("replication slot %q is not on this server, but the relay's record of it is here: if the relay reads from a standby (run --primary-url), cleanup does not support a slot on a standby (delete published rows yourself once `outbox-relay verify` finds them in the stream, or run the relay from the primary); if not, the slot was dropped: start the relay, which says what it needs", c.cfg.Slot)
 }

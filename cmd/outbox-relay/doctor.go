@@ -47,6 +47,9 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if err := c.pollFlags.validate(); err != nil {
 			return withExit(exitUsage, err)
 		}
+		if c.PrimaryURL != "" {
+			return withExit(exitUsage, errPrimaryWithPoll)
+		}
 	}
 	var rep doctor.Report
 	unreachable := false
@@ -64,7 +67,9 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		payload = sum
 	}
 	if !unreachable {
-		rep.Add(c.checkStandby(ctx))
+		fs, down := c.checkStandby(ctx, n.slot)
+		rep.Add(fs...)
+		unreachable = down
 	}
 	if nc, err := connectOnce(ctx, c.natsFlags, "outbox-relay doctor"); err != nil {
 		unreachable = true

@@ -325,4 +325,7 @@ func TestStandbyRelayRefused(t *testing.T) {
 	if slots != 0 {
 		t.Errorf("the standby holds %d replication slots after the relay refused it", slots)
 	}
+	if pair.Primary.MajorVersion() >= standbyReadMajor {
+		standbyReadRefusals(t, pair, env)
+	}
 }

@@ -83,7 +83,7 @@ func (c *runCmd) config() (relay.Config, error) {
 	cfg := n.relayConfig()
 	cfg.PGURL = c.PGURL
 	if c.PrimaryURL != "" && c.Source == sourcePoll {
-		return relay.Config{}, errors.New("--primary-url is for --source wal (reading from a standby's slot); the polling relay writes to the table it reads: point --pg-url at the primary")
+		return relay.Config{}, errPrimaryWithPoll
 	}
 	cfg.PrimaryURL = c.PrimaryURL
 	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, c.WindowBytes, c.AckTimeout

@@ -43,6 +43,11 @@ func pingPool(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pingConfig(ctx, poolCfg)
+}
+
+// pingConfig opens a pool with poolCfg and checks that the server answers.
+func pingConfig(ctx context.Context, poolCfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	where := replication.Describe(&poolCfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
