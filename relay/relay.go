@@ -331,7 +331,8 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 	src.setOrigin(up.starter.origin)
 	// A quick take-up (no slot created, nothing published from the table)
 	// hands the connection opened meanwhile to the first session; a slot's
-	// creation closed it (closeRepl), and the session dials anew.
+	// creation, or a wait for another instance's take-up, closed it
+	// (closeRepl), and the session dials anew.
 	up.repl = opened
 	return up, nil
 }

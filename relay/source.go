@@ -47,6 +47,11 @@ func newSource(ctx context.Context, repl *pgconn.Config, slot string, nc *nats.C
 
 // newSourceFrom is newSource for a system identified already.
 func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot string, nc *nats.Conn, log zerolog.Logger) (*source, error) {
+	// An empty identifier would stamp a zero Source, which sink.SameRelay
+	// takes for every relay's: never stream with it.
+	if id.SystemID == "" {
+		return nil, errors.New("identify the Postgres system (IDENTIFY_SYSTEM): no system identifier")
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
@@ -73,9 +78,6 @@ func identifySystem(ctx context.Context, repl *pgconn.Config) (pglogrepl.Identif
 	id, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return id, fmt.Errorf("identify the Postgres system (IDENTIFY_SYSTEM): %w", err)
-	}
-	if id.SystemID == "" {
-		return id, errors.New("identify the Postgres system (IDENTIFY_SYSTEM): no system identifier")
 	}
 	return id, nil
 }

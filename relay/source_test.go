@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,5 +234,14 @@ func TestDeadLetterStoredButNotRecorded(t *testing.T) {
 	}
 	if n := env.CountStored(); n != 1 {
 		t.Errorf("stream holds %d messages, want the dead letter only", n)
+	}
+}
+
+// A system without an identifier would stamp a zero Source, which
+// sink.SameRelay takes for every relay's messages: refused.
+func TestSourceNeedsASystemIdentifier(t *testing.T) {
+	_, err := newSourceFrom(pglogrepl.IdentifySystemResult{Timeline: 1}, nil, "outbox_relay", nil, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "no system identifier") {
+		t.Fatalf("newSourceFrom without a system identifier = %v; want it refused", err)
 	}
 }

@@ -105,7 +105,7 @@ func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, err
 	if err != nil {
 		return nil, 0, err
 	}
-	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.setupChecked, s.log)
+	lock, err := lockTakeUp(ctx, conn, s.cfg.Slot, s.beforeLockWait, s.log)
 	end()
 	if err != nil {
 		return nil, 0, err
@@ -221,6 +221,22 @@ func (s *starter) takeUpKind(action checkpoint.Action, rec checkpoint.Record) ta
 		return takeUp{kind: checkpoint.KindInitial, redo: true}
 	}
 	return takeUp{kind: checkpoint.KindInitial}
+}
+
+// beforeLockWait runs when another instance holds the take-up lock: the
+// setup's error comes first, and the replication connection opened ahead
+// is closed. The wait can last as long as the other instance's take-up
+// (a backlog published from a snapshot: hours), and meanwhile the
+// connection would hold a WAL sender that instance may need, and an
+// identity (timeline) that may be stale when this one streams.
+func (s *starter) beforeLockWait() error {
+	if err := s.setupChecked(); err != nil {
+		return err
+	}
+	if s.closeRepl != nil {
+		s.closeRepl()
+	}
+	return nil
 }
 
 // createAndPublish records the take-up, replaces the slot, publishes from

@@ -13,7 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -157,6 +159,39 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 		err = s.Run(rctx, idleHandler{})
 		if !errors.Is(err, replication.ErrGap) {
 			t.Fatalf("Run = %v; want a gap", err)
+		}
+	})
+
+	t.Run("start-up trace ends with the first session", func(t *testing.T) {
+		// A stream whose sessions keep failing (here: nothing listens on
+		// the replication port) retries for as long as it runs; the
+		// start-up trace must stop at the first session, or it would
+		// grow by a span per retry for the process's whole life.
+		exec(`SELECT pg_create_logical_replication_slot('traced', 'pgoutput')`)
+		port, err := devenv.FreePort() // free: nothing listens on it
+		if err != nil {
+			t.Fatal(err)
+		}
+		unreachable := repl.Copy()
+		unreachable.Port = uint16(port)
+		s, err := replication.NewStream(replication.Config{Repl: unreachable, Slot: "traced", Publication: "pub", Table: table},
+			pool, zerolog.Nop(), replication.NewMetrics(prometheus.NewRegistry()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trace := startup.New(time.Now(), zerolog.Nop())
+		rctx, cancel := context.WithCancel(startup.NewContext(ctx, trace))
+		done := make(chan error, 1)
+		go func() { done <- s.Run(rctx, idleHandler{}) }()
+		relaytest.WaitFor(t, 10*time.Second, "the trace finished after the first failed session", trace.Done)
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v while the server is unreachable; want it to retry", err)
+		default:
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run after cancel = %v", err)
 		}
 	})
 

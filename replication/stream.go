@@ -181,6 +181,10 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 		started := time.Now()
 		err := s.classify(s.session(ctx, h))
 		s.settle()
+		// The start-up ends with the first session at the latest: the
+		// trace records no retries (a standby instance retries every few
+		// seconds for as long as it waits).
+		startup.FromContext(ctx).Finish("the first replication session ended")
 		s.streaming.Store(false)
 		s.noteSession(err)
 		s.metrics.Connected.Set(0)

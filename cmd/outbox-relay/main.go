@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -127,7 +128,12 @@ func parseArgs(args []string) (*kong.Context, logFlags) {
 	return k, c.Log
 }
 
-func isHelpFlag(arg string) bool { return arg == "-h" || arg == "--help" || arg == "--version" }
+// isHelpFlag reports whether arg asks for help or the version, also in
+// kong's --flag=value form (`--help=true`).
+func isHelpFlag(arg string) bool {
+	name, _, _ := strings.Cut(arg, "=")
+	return name == "-h" || name == "--help" || name == "--version"
+}
 
 // Exit codes of the operator commands (doctor, status): 0 all is well,
 // 1 a problem found, 2 a usage error or a server that cannot be reached.
