@@ -424,6 +424,41 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 	}
 }
 
+// proxySide puts a proxy the test can cut between the relay and one
+// side, "nats" or "postgres".
+func proxySide(t *testing.T, env *relaytest.Env, side string) *relaytest.Proxy {
+	t.Helper()
+	if side == "nats" {
+		proxy := relaytest.StartProxy(t, strings.TrimPrefix(env.NATSURL, "nats://"))
+		env.RelayNATS = "nats://" + proxy.Addr()
+		return proxy
+	}
+	proxy := relaytest.StartProxy(t, env.PGAddr())
+	env.RelayPG = env.PGURLVia(proxy.Addr())
+	return proxy
+}
+
+// cutThenPartition resets the connection behind proxy for 3 s, then
+// blackholes it (nothing passes, no reset), each with publishes in
+// flight, and requires the relay's log to say recovered after each.
+func cutThenPartition(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, proxy *relaytest.Proxy, recovered string) {
+	t.Helper()
+	base := relay.CountLog(recovered)
+	w.WaitTx(t, 30, faultWait)
+	inFlight(t, env, relay, 2000)
+	proxy.Cut()
+	time.Sleep(3 * time.Second) // the outage
+	proxy.Restore()
+	waitLogCount(t, relay, recovered, base+1, faultWait)
+	w.WaitTx(t, 20, faultWait)
+	inFlight(t, env, relay, 2000)
+	proxy.Blackhole()
+	time.Sleep(waitLong(15*time.Second, 25*time.Second)) // the partition
+	proxy.Restore()
+	waitLogCount(t, relay, recovered, base+2, faultWait)
+	w.WaitTx(t, 20, faultWait)
+}
+
 // TestFaultNetwork: the connection between relay and NATS, then between
 // relay and Postgres, is cut (reset) and blackholed (no reset, nothing
 // passes) through a proxy, under load, with publishes in flight.
@@ -432,33 +467,15 @@ func TestFaultNetwork(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			t.Parallel()
 			env := newEnv(t)
-			var proxy *relaytest.Proxy
+			proxy := proxySide(t, env, side)
 			recovered := logOutageOver // NATS side: the Publisher's recovery
-			if side == "nats" {
-				proxy = relaytest.StartProxy(t, strings.TrimPrefix(env.NATSURL, "nats://"))
-				env.RelayNATS = "nats://" + proxy.Addr()
-			} else {
-				proxy = relaytest.StartProxy(t, env.PGAddr())
-				env.RelayPG = env.PGURLVia(proxy.Addr())
-				recovered = logStreaming // Postgres side: a new session
+			if side == "postgres" {
+				recovered = logStreaming // a new session
 			}
 			relay := startRelay(t, env, "--ack-timeout", "2s")
 			relay.WaitLog(logStreaming, faultWait)
-			base := relay.CountLog(recovered)
 			w, stop := load(t, env)
-			w.WaitTx(t, 30, faultWait)
-			inFlight(t, env, relay, 2000)
-			proxy.Cut()
-			time.Sleep(3 * time.Second) // the outage
-			proxy.Restore()
-			waitLogCount(t, relay, recovered, base+1, faultWait)
-			w.WaitTx(t, 20, faultWait)
-			inFlight(t, env, relay, 2000)
-			proxy.Blackhole()
-			time.Sleep(waitLong(15*time.Second, 25*time.Second)) // the partition
-			proxy.Restore()
-			waitLogCount(t, relay, recovered, base+2, faultWait)
-			w.WaitTx(t, 20, faultWait)
+			cutThenPartition(t, env, relay, w, proxy, recovered)
 			stop()
 			settle(t, env, relay, w, relaytest.Expect{MinTx: 150})
 		})

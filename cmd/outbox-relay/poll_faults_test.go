@@ -1,11 +1,7 @@
 package main
 
 import (
-	"strings"
 	"testing"
-	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // Log lines of the polling relay's recovery from a Postgres fault: a batch
@@ -32,35 +28,15 @@ func TestPollFaultNetwork(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			t.Parallel()
 			env := pollEnv(t, newEnv(t))
-			var proxy *relaytest.Proxy
+			proxy := proxySide(t, env, side)
 			recovered := logOutageOver
-			if side == "nats" {
-				proxy = relaytest.StartProxy(t, strings.TrimPrefix(env.NATSURL, "nats://"))
-				env.RelayNATS = "nats://" + proxy.Addr()
-			} else {
-				proxy = relaytest.StartProxy(t, env.PGAddr())
-				env.RelayPG = env.PGURLVia(proxy.Addr())
+			if side == "postgres" {
 				recovered = logPollRecovered
 			}
 			relay := startRelay(t, env, pollArgs...)
 			relay.WaitLog(logPolling, faultWait)
-			base := relay.CountLog(recovered)
 			w, stop := load(t, env)
-			w.WaitTx(t, 30, faultWait)
-
-			inFlight(t, env, relay, 2000)
-			proxy.Cut()
-			time.Sleep(3 * time.Second) // the outage
-			proxy.Restore()
-			waitLogCount(t, relay, recovered, base+1, faultWait)
-			w.WaitTx(t, 20, faultWait)
-
-			inFlight(t, env, relay, 2000)
-			proxy.Blackhole()
-			time.Sleep(waitLong(15*time.Second, 25*time.Second)) // the partition
-			proxy.Restore()
-			waitLogCount(t, relay, recovered, base+2, faultWait)
-			w.WaitTx(t, 20, faultWait)
+			cutThenPartition(t, env, relay, w, proxy, recovered)
 			stop()
 			settlePolled(t, env, relay, w, 150, 0)
 			if side == "postgres" {
