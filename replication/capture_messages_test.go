@@ -1,20 +1,11 @@
 package replication_test
 
 import (
-	"context"
-	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -25,35 +16,12 @@ import (
 // hostile content a dead letter. With -update it stores the bytes in
 // decode/testdata/messages for the decoder's tests and fuzz corpus.
 func TestRealPgoutputMessages(t *testing.T) {
-	cluster := relaytest.PrivateCluster(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, repl := startCapture(t, "outbox_events")
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
-	}
-	exec(`CREATE TABLE outbox_events (id UUID PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type VARCHAR(100) NOT NULL,
-		aggregate_id VARCHAR(100) NOT NULL, event_type VARCHAR(100) NOT NULL, payload JSONB NOT NULL,
-		attempts INT NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), processed_at TIMESTAMPTZ)`)
-	exec(`CREATE PUBLICATION cap_pub FOR TABLE outbox_events`)
-	replCfg, err := pgconn.ParseConfig(cluster.URL("postgres") + "&replication=database&TimeZone=UTC&DateStyle=ISO")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repl, err := pgconn.ConnectConfig(ctx, replCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repl.Close(ctx)
-	if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, "cap", "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication}); err != nil {
-		t.Fatal(err)
 	}
 
 	ev := func(aggID, typ string) outbox.Event {
@@ -112,21 +80,7 @@ func TestRealPgoutputMessages(t *testing.T) {
 	}
 	captured := receiveCommits(ctx, t, repl, 4)
 
-	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"}, decode.WithMessagePrefix("outbox"))
-	var events []decode.Event
-	var ignored []string
-	for i, m := range captured {
-		got, err := d.Decode(m)
-		if err != nil {
-			t.Fatalf("message %d (%q): %v", i, m[0], err)
-		}
-		switch got.Kind {
-		case decode.KindEvent:
-			events = append(events, got.Event)
-		case decode.KindIgnored:
-			ignored = append(ignored, got.Ignored)
-		}
-	}
+	events, ignored := decodeStream(t, captured, decode.WithMessagePrefix("outbox"))
 	if len(events) != len(want)+1 {
 		t.Fatalf("decoded %d events, want %d and a dead letter: %+v", len(events), len(want)+1, events)
 	}
@@ -151,40 +105,6 @@ func TestRealPgoutputMessages(t *testing.T) {
 		t.Errorf("ignored %v, want the non-transactional message", ignored)
 	}
 	if *update {
-		var out []byte
-		for _, m := range captured {
-			out = binary.BigEndian.AppendUint32(out, uint32(len(m)))
-			out = append(out, m...)
-		}
-		name := filepath.Join("..", "decode", "testdata", "messages", "pg15.bin")
-		if err := os.WriteFile(name, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %d messages to %s", len(captured), name)
+		writeCaptured(t, captured, "messages")
 	}
-}
-
-// receiveCommits returns the WALData received until n commits arrived.
-func receiveCommits(ctx context.Context, t *testing.T, repl *pgconn.PgConn, n int) [][]byte {
-	t.Helper()
-	var captured [][]byte
-	for commits := 0; commits < n; {
-		msg, err := repl.ReceiveMessage(ctx)
-		if err != nil {
-			t.Fatalf("receive (have %d commits): %v", commits, err)
-		}
-		cd, ok := msg.(*pgproto3.CopyData)
-		if !ok || cd.Data[0] != pglogrepl.XLogDataByteID {
-			continue
-		}
-		xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		captured = append(captured, append([]byte(nil), xld.WALData...))
-		if xld.WALData[0] == 'C' {
-			commits++
-		}
-	}
-	return captured
 }

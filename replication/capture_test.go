@@ -24,36 +24,12 @@ var update = flag.Bool("update", false, "rewrite decode/testdata/captured from a
 // decodes the bytes it sends, and checks the events. With -update it also
 // stores the bytes for the decoder's own tests and fuzz corpus.
 func TestRealPgoutputBytes(t *testing.T) {
-	cluster := relaytest.PrivateCluster(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, repl := startCapture(t, "outbox_events, orders", `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, total NUMERIC)`)
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
-	}
-	exec(`CREATE TABLE outbox_events (id UUID PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type VARCHAR(100) NOT NULL,
-		aggregate_id VARCHAR(100) NOT NULL, event_type VARCHAR(100) NOT NULL, payload JSONB NOT NULL,
-		attempts INT NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), processed_at TIMESTAMPTZ)`)
-	exec(`CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, total NUMERIC)`)
-	exec(`CREATE PUBLICATION cap_pub FOR TABLE outbox_events, orders`)
-	replCfg, err := pgconn.ParseConfig(cluster.URL("postgres") + "&replication=database&TimeZone=UTC&DateStyle=ISO")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repl, err := pgconn.ConnectConfig(ctx, replCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repl.Close(ctx)
-	if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, "cap", "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication}); err != nil {
-		t.Fatal(err)
 	}
 
 	exec(`INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at)
@@ -67,31 +43,12 @@ func TestRealPgoutputBytes(t *testing.T) {
 	exec(`TRUNCATE orders, outbox_events`)
 	exec(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('big', '1', 'big', jsonb_build_object('s', repeat('z', 10000)))`)
 
-	err = pglogrepl.StartReplication(ctx, repl, "cap", 0, pglogrepl.StartReplicationOptions{
+	err := pglogrepl.StartReplication(ctx, repl, "cap", 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names 'cap_pub'"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var captured [][]byte
-	commits := 0
-	for commits < 6 {
-		msg, err := repl.ReceiveMessage(ctx)
-		if err != nil {
-			t.Fatalf("receive (have %d commits): %v", commits, err)
-		}
-		cd, ok := msg.(*pgproto3.CopyData)
-		if !ok || cd.Data[0] != pglogrepl.XLogDataByteID {
-			continue
-		}
-		xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		captured = append(captured, append([]byte(nil), xld.WALData...))
-		if xld.WALData[0] == 'C' {
-			commits++
-		}
-	}
+	captured := receiveCommits(ctx, t, repl, 6)
 
 	events, ignored := decodeStream(t, captured)
 	want := []struct{ aggID, evType string }{{"42", "order.created"}, {"43", "order.paid"}, {"43", "order.shipped"}, {"1", "big"}}
@@ -116,22 +73,75 @@ func TestRealPgoutputBytes(t *testing.T) {
 		t.Errorf("ignored changes %v, want the UPDATE, DELETE and TRUNCATE", ignored)
 	}
 	if *update {
-		var out []byte
-		for _, m := range captured {
-			out = binary.BigEndian.AppendUint32(out, uint32(len(m)))
-			out = append(out, m...)
-		}
-		name := filepath.Join("..", "decode", "testdata", "captured", "pg15.bin")
-		if err := os.WriteFile(name, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %d messages to %s", len(captured), name)
+		writeCaptured(t, captured, "captured")
 	}
 }
 
-func decodeStream(t *testing.T, msgs [][]byte) ([]decode.Event, []string) {
+// startCapture starts a private cluster with the outbox table (and the
+// statements in more), a publication cap_pub of tables, and a replication
+// connection holding a new pgoutput slot "cap". Everything ends with t.
+func startCapture(t *testing.T, tables string, more ...string) (context.Context, *pgx.Conn, *pgconn.PgConn) {
 	t.Helper()
-	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"})
+	cluster := relaytest.PrivateCluster(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	ddl := append([]string{`CREATE TABLE outbox_events (id UUID PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type VARCHAR(100) NOT NULL,
+		aggregate_id VARCHAR(100) NOT NULL, event_type VARCHAR(100) NOT NULL, payload JSONB NOT NULL,
+		attempts INT NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), processed_at TIMESTAMPTZ)`}, more...)
+	ddl = append(ddl, `CREATE PUBLICATION cap_pub FOR TABLE `+tables)
+	for _, sql := range ddl {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	replCfg, err := pgconn.ParseConfig(cluster.URL("postgres") + "&replication=database&TimeZone=UTC&DateStyle=ISO")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repl, err := pgconn.ConnectConfig(ctx, replCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repl.Close(context.Background()) })
+	if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, "cap", "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, conn, repl
+}
+
+// receiveCommits returns the WALData received until n commits arrived.
+func receiveCommits(ctx context.Context, t *testing.T, repl *pgconn.PgConn, n int) [][]byte {
+	t.Helper()
+	var captured [][]byte
+	for commits := 0; commits < n; {
+		msg, err := repl.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("receive (have %d commits): %v", commits, err)
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok || cd.Data[0] != pglogrepl.XLogDataByteID {
+			continue
+		}
+		xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		captured = append(captured, append([]byte(nil), xld.WALData...))
+		if xld.WALData[0] == 'C' {
+			commits++
+		}
+	}
+	return captured
+}
+
+func decodeStream(t *testing.T, msgs [][]byte, opts ...decode.Option) ([]decode.Event, []string) {
+	t.Helper()
+	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"}, opts...)
 	var events []decode.Event
 	var ignored []string
 	for i, m := range msgs {
@@ -147,4 +157,20 @@ func decodeStream(t *testing.T, msgs [][]byte) ([]decode.Event, []string) {
 		}
 	}
 	return events, ignored
+}
+
+// writeCaptured stores msgs, each after its length, as
+// decode/testdata/<dir>/pg15.bin: the decoder's tests and fuzz corpus.
+func writeCaptured(t *testing.T, msgs [][]byte, dir string) {
+	t.Helper()
+	var out []byte
+	for _, m := range msgs {
+		out = binary.BigEndian.AppendUint32(out, uint32(len(m)))
+		out = append(out, m...)
+	}
+	name := filepath.Join("..", "decode", "testdata", dir, "pg15.bin")
+	if err := os.WriteFile(name, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %d messages to %s", len(msgs), name)
 }
