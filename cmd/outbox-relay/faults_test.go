@@ -338,6 +338,16 @@ func TestFaultNATSKilled(t *testing.T) {
 	relay := startRelay(t, env, "--ack-timeout", "2s")
 	relay.WaitLog(logStreaming, faultWait)
 	w, stop := load(t, env)
+	killNATSTwice(t, env, relay, w, nats)
+	stop()
+	settle(t, env, relay, w, relaytest.Expect{MinTx: 80})
+}
+
+// killNATSTwice SIGKILLs the NATS server twice with publishes in flight,
+// restarts it from its store after 3 s, and requires the relay's log to
+// say the outage is over after each.
+func killNATSTwice(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, nats *relaytest.NATSProcess) {
+	t.Helper()
 	for i := 1; i <= 2; i++ {
 		w.WaitTx(t, 30, faultWait)
 		inFlight(t, env, relay, 2000)
@@ -347,8 +357,6 @@ func TestFaultNATSKilled(t *testing.T) {
 		waitLogCount(t, relay, logOutageOver, i, faultWait)
 	}
 	w.WaitTx(t, 20, faultWait)
-	stop()
-	settle(t, env, relay, w, relaytest.Expect{MinTx: 80})
 }
 
 // TestFaultPostgresCrash: Postgres stops (fast) or is killed (immediate

@@ -232,15 +232,7 @@ func TestPollFaultNATSKilled(t *testing.T) {
 	relay := startRelay(t, env, pollArgs...)
 	relay.WaitLog(logPolling, faultWait)
 	w, stop := load(t, env)
-	for i := 1; i <= 2; i++ {
-		w.WaitTx(t, 30, faultWait)
-		inFlight(t, env, relay, 2000)
-		nats.Kill()
-		time.Sleep(3 * time.Second) // the outage
-		nats.Start()
-		waitLogCount(t, relay, logOutageOver, i, faultWait)
-	}
-	w.WaitTx(t, 20, faultWait)
+	killNATSTwice(t, env, relay, w, nats)
 	stop()
 	settlePolled(t, env, relay, w, 80, 0)
 }
