@@ -19,8 +19,6 @@ const (
 	codeInvalidCatalogName = "3D000" // database does not exist
 	codeConfigLimit        = "53400" // all replication slots are in use
 	codeAdminShutdown      = "57P01"
-	codeCrashShutdown      = "57P02"
-	codeCannotConnectNow   = "57P03"
 )
 
 // ErrGap means events may be missing from the stream: WAL was lost or not
@@ -93,17 +91,4 @@ func (s *Stream) classify(err error) error {
 		return fatal(err, "check the database name in the connection string")
 	}
 	return err
-}
-
-// serverGoingAway reports whether err says Postgres is shutting down or
-// restarting: no point reporting it as a failure, just reconnect later.
-func serverGoingAway(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
-			return true
-		}
-	}
-	return false
 }

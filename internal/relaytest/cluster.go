@@ -187,9 +187,6 @@ func (c *NATSCluster) Start(i int) {
 // Kill sends SIGKILL to node i and waits for the process to end.
 func (c *NATSCluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
 
-// Stop stops node i gracefully (SIGTERM) and waits for it to end.
-func (c *NATSCluster) Stop(i int) { c.signal(i, syscall.SIGTERM) }
-
 func (c *NATSCluster) signal(i int, sig syscall.Signal) {
 	node := c.nodes[i]
 	if node.cmd == nil {

@@ -376,11 +376,6 @@ func (n *Nemesis) logf(format string, args ...any) {
 	n.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
 
-func (n *Nemesis) errorf(format string, args ...any) {
-	n.t.Helper()
-	n.t.Errorf("nemesis seed %d: %s", n.cfg.Schedule.Seed, fmt.Sprintf(format, args...))
-}
-
 func (n *Nemesis) fatalf(format string, args ...any) {
 	n.t.Helper()
 	msg := fmt.Sprintf(format, args...)
