@@ -204,3 +204,38 @@ func serverVersion(t *testing.T) int {
 	}
 	return v
 }
+
+// An instance that waits for another's take-up (which can last as long as
+// publishing a table from a snapshot) holds no WAL sender meanwhile: the
+// replication connection it opened ahead for its first session is closed
+// before the wait, so the other instance can create its slot under a
+// tight max_wal_senders.
+func TestWaitingInstanceHoldsNoWALSender(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	cfg := testConfig(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other, err := env.Pool.Acquire(ctx) // another instance, taking up the slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lockKey(cfg.Slot)); err != nil {
+		t.Fatal(err)
+	}
+	taken := goTakeUp(ctx, env, cfg)
+	waitFor(t, 30*time.Second, "the instance waiting for the take-up lock without a WAL sender", func() bool {
+		var waiting, senders int
+		err := env.Pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()),
+			(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = current_database())`).Scan(&waiting, &senders)
+		return err == nil && waiting == 1 && senders == 0
+	})
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lockKey(cfg.Slot)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-taken; r.err != nil || r.action != checkpoint.Bootstrap {
+		t.Fatalf("after the wait: %s, %v; want bootstrap", r.action, r.err)
+	}
+}
