@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
 
 // procStat is a process's CPU time and peak memory, read from /proc.
@@ -75,6 +77,7 @@ func startChild(name string, args []string, logFile string) (*child, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	devenv.DiesWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -52,6 +53,10 @@ type Postgres struct {
 	libDir string              // LD_LIBRARY_PATH for the servers; "" for a system install
 	major  int                 // from the data directory's PG_VERSION
 	cred   *syscall.Credential // nil when not running as root
+
+	mu     sync.Mutex
+	server *os.Process   // the postmaster, a child of this process; nil before Start
+	exited chan struct{} // closed once it has exited and been reaped
 }
 
 // StartPostgres creates a cluster with wal_level = logical in a new
@@ -115,13 +120,121 @@ func (p *Postgres) URL(db string) string {
 
 // Start starts the server (again) on its port and waits until it accepts
 // connections.
+//
+// The server is this process's child, not a daemon as pg_ctl would make
+// it, and the kernel kills it when this process dies, however it dies
+// (PR_SET_PDEATHSIG): a test binary that times out or is killed takes its
+// clusters with it. It runs in a process group of its own, so that a
+// Ctrl-C meant for `outbox-relay dev` does not reach it before the relay
+// has stopped.
 func (p *Postgres) Start(ctx context.Context) error {
-	return p.run(ctx, "pg_ctl", "-D", p.dataDir(), "-l", p.LogFile(), "-w", "-t", "120", "start")
+	logFile, err := os.OpenFile(p.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the server log: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy
+	if err := p.chown(p.LogFile()); err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(p.binDir, "postgres"), "-D", p.dataDir())
+	cmd.Dir = p.Dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = p.env()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
+	DiesWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	p.mu.Lock()
+	p.server, p.exited = cmd.Process, exited
+	p.mu.Unlock()
+	if err := p.waitReady(ctx, cmd.Process.Pid, exited); err != nil {
+		return fmt.Errorf("start postgres: %w\nserver log:\n%s", err, tail(p.Log(), 30))
+	}
+	return nil
+}
+
+// startTimeout bounds how long Start waits for the server to accept
+// connections (crash recovery after a kill included), as pg_ctl -t 120.
+const startTimeout = 2 * time.Minute
+
+// waitReady waits until the postmaster with pid says, in its
+// postmaster.pid, that it accepts connections (as pg_ctl -w does), or
+// until it exits.
+func (p *Postgres) waitReady(ctx context.Context, pid int, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ready, _ := p.pidFileStatus(pid); ready {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the server exited at start")
+		case <-ctx.Done():
+			return fmt.Errorf("the server did not accept connections: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// pidFileStatus reads postmaster.pid: whether the postmaster with pid
+// wrote it and accepts connections ("ready", or "standby" for a hot
+// standby).
+func (p *Postgres) pidFileStatus(pid int) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(p.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return false, err
+	}
+	lines := strings.Split(string(b), "\n")
+	// Line 1 is the pid (a file left by a killed server names another);
+	// line 8 the status (PM_STATUS_READY, PM_STATUS_STANDBY).
+	if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(pid) {
+		return false, nil
+	}
+	status := strings.TrimSpace(lines[7])
+	return status == "ready" || status == "standby", nil
+}
+
+// stopSignals are the postmaster's shutdown modes (see pg_ctl stop -m).
+var stopSignals = map[string]syscall.Signal{
+	"smart":     syscall.SIGTERM,
+	"fast":      syscall.SIGINT,
+	"immediate": syscall.SIGQUIT, // a crash: recovery at the next start
 }
 
 // Stop stops the server: mode is "smart", "fast" or "immediate" (a crash).
+// It waits until the postmaster has exited; a server that is not running
+// is not an error.
 func (p *Postgres) Stop(ctx context.Context, mode string) error {
-	return p.run(ctx, "pg_ctl", "-D", p.dataDir(), "-m", mode, "-w", "-t", "120", "stop")
+	sig, ok := stopSignals[mode]
+	if !ok {
+		return fmt.Errorf("stop postgres: unknown shutdown mode %q", mode)
+	}
+	p.mu.Lock()
+	server, exited := p.server, p.exited
+	p.mu.Unlock()
+	if server == nil {
+		return nil
+	}
+	if err := server.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop postgres (-m %s): %w", mode, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop postgres (-m %s): the server did not exit: %w", mode, ctx.Err())
+	}
 }
 
 // Close stops the server if it runs and removes its directory.
@@ -129,11 +242,9 @@ func (p *Postgres) Close() error {
 	if p.Dir == "" {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(p.dataDir(), "postmaster.pid")); err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_ = p.Stop(ctx, "immediate")
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	_ = p.Stop(ctx, "immediate")
+	cancel()
 	return os.RemoveAll(p.Dir)
 }
 
@@ -174,25 +285,28 @@ func (p *Postgres) writeConfig(extra map[string]string) error {
 	return p.chown(name)
 }
 
+// run runs one of the server's tools (initdb, pg_ctl) to its end.
 func (p *Postgres) run(ctx context.Context, tool string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(p.binDir, tool), args...)
 	cmd.Dir = p.Dir
-	if p.libDir != "" {
-		// pg_ctl passes its environment on to the postgres it starts.
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+joinPath(p.libDir, os.Getenv("LD_LIBRARY_PATH")))
-	}
+	cmd.Env = p.env()
 	if p.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		msg := fmt.Sprintf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
-		if tool == "pg_ctl" && len(args) > 0 && args[len(args)-1] == "start" {
-			msg += "\nserver log:\n" + tail(p.Log(), 30)
-		}
-		return errors.New(msg)
+		return fmt.Errorf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// env is the servers' and tools' environment: this process's, with
+// LD_LIBRARY_PATH pointing at a relocatable build's own libraries.
+func (p *Postgres) env() []string {
+	if p.libDir == "" {
+		return nil // inherit
+	}
+	return append(os.Environ(), "LD_LIBRARY_PATH="+joinPath(p.libDir, os.Getenv("LD_LIBRARY_PATH")))
 }
 
 func (p *Postgres) chown(path string) error {

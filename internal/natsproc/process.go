@@ -145,6 +145,7 @@ func (p *Process) start(ctx context.Context) error {
 	cmd := exec.Command(p.opts.Exe, p.opts.Args...)
 	cmd.Env = append(os.Environ(), p.env)
 	cmd.Stdout, cmd.Stderr = p.opts.Output, p.opts.Output
+	devenv.DiesWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("nats-server process: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
 
 // NATSCluster is a JetStream cluster of nats-server processes on loopback,
@@ -156,6 +158,7 @@ func (c *NATSCluster) Start(i int) {
 	}
 	cmd := exec.Command(c.exe, "-c", node.conf)
 	cmd.Stdout, cmd.Stderr = node.out, node.out
+	devenv.DiesWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start nats-server %s: %v", node.name, err)
 	}

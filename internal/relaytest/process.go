@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
 
 // Binary is how tests start the relay: a program and the environment that
@@ -45,6 +47,7 @@ func StartRelay(t testing.TB, bin Binary, args ...string) *Relay {
 	r.cmd.Env = append(os.Environ(), bin.Env...)
 	r.cmd.Stdout = r.logs
 	r.cmd.Stderr = r.logs
+	devenv.DiesWithParent(r.cmd)
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("start relay: %v", err)
 	}
