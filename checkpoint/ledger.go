@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // Slack is how far past its recorded limit the relay confirms without
@@ -85,7 +85,7 @@ func (l *Ledger) Refresh(ctx context.Context) error {
 		return errors.New("the relay's record of its slot disappeared")
 	}
 	if !rec.Bootstrapped || rec.CreatedLSN != l.created {
-		return &replication.FatalError{
+		return &contract.FatalError{
 			Err: fmt.Errorf("%w: it now records a slot created at %s (take-up finished: %v), not the one this relay took up at %s",
 				ErrRecordChanged, rec.CreatedLSN, rec.Bootstrapped, l.created),
 			Hint: "restart the relay: it takes up the slot again as the record says",

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Action is what the relay does at start with its slot.
@@ -25,7 +25,7 @@ const (
 	Adopt
 	// Repair (asked for by the operator) creates a new slot and publishes
 	// from its snapshot every row the stream lacks: the way back from a gap
-	// (replication.ErrGap).
+	// (contract.ErrGap).
 	Repair
 	// RedoRepair starts over a repair that did not finish, with the same
 	// bounds, whatever became of its slot.
@@ -47,7 +47,7 @@ type SlotState struct {
 }
 
 // GapError means events may be missing from the stream: the relay refuses
-// to go on silently. It wraps replication.ErrGap; the repair (a new slot
+// to go on silently. It wraps contract.ErrGap; the repair (a new slot
 // publishing from its snapshot every committed row the stream lacks) is the
 // caller's to offer.
 type GapError struct {
@@ -64,16 +64,16 @@ func (e *GapError) Error() string {
 	return e.What + ": " + e.Fix
 }
 
-// Unwrap returns replication.ErrGap, so errors.Is(err, replication.ErrGap)
+// Unwrap returns contract.ErrGap, so errors.Is(err, contract.ErrGap)
 // holds for every GapError.
-func (e *GapError) Unwrap() error { return replication.ErrGap }
+func (e *GapError) Unwrap() error { return contract.ErrGap }
 
 func gapf(format string, args ...any) *GapError {
 	return &GapError{What: fmt.Sprintf(format, args...)}
 }
 
 // Decide chooses the start-up action, or returns a *GapError (which wraps
-// replication.ErrGap) when the slot cannot be trusted to hold every event
+// contract.ErrGap) when the slot cannot be trusted to hold every event
 // the stream still lacks.
 func Decide(s SlotState) (Action, error) {
 	r := s.Record

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 func TestDecide(t *testing.T) {
@@ -55,8 +55,8 @@ func TestDecide(t *testing.T) {
 			if !errors.As(err, &gap) || !strings.Contains(gap.What, tc.gap) {
 				t.Fatalf("Decide error = %v; want a GapError about %q", err, tc.gap)
 			}
-			if !errors.Is(err, replication.ErrGap) {
-				t.Errorf("errors.Is(%v, replication.ErrGap) = false", err)
+			if !errors.Is(err, contract.ErrGap) {
+				t.Errorf("errors.Is(%v, contract.ErrGap) = false", err)
 			}
 			if strings.Contains(err.Error(), "--") {
 				t.Errorf("error names a command-line flag: %v", err)

@@ -7,7 +7,7 @@
 // At start the relay resumes its slot; or creates it and first publishes,
 // from the slot's snapshot, the rows already in the table; or, asked to
 // repair, recreates it and publishes every committed row the stream lacks;
-// or refuses with an error wrapping replication.ErrGap when events may be
+// or refuses with an error wrapping contract.ErrGap when events may be
 // missing. Before each replication session it reads which events of the
 // coming replay the stream already holds, so exactly those are skipped.
 //

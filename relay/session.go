@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -29,7 +30,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		}
 		end()
 		if info.ConfirmedFlush > pipe.ledger.Allowed() {
-			return &replication.FatalError{
+			return &contract.FatalError{
 				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else, and events in between may be missing from the stream",
 					cfg.Slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
 				Gap: true,

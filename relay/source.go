@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -121,7 +122,7 @@ func (s *source) refresh(start replication.SessionStart, handed pglogrepl.LSN) e
 	id := start.System
 	src := s.stamp.Source()
 	if id.SystemID != src.System {
-		return &replication.FatalError{
+		return &contract.FatalError{
 			Err: fmt.Errorf("the Postgres server is now another cluster (system identifier %s, was %s) with a slot named %q: it is not the slot this relay streamed from",
 				id.SystemID, src.System, src.Slot),
 			Hint: "point the relay back at its cluster, or repair from this one (--recreate-slot)",
@@ -186,7 +187,7 @@ func checkFork(from, to uint32, history []byte, handed pglogrepl.LSN) error {
 	if handed < fork {
 		return nil
 	}
-	return &replication.FatalError{
+	return &contract.FatalError{
 		Err: fmt.Errorf("the Postgres timeline changed from %d to %d, forking at %s, and the relay already published events committed at %s on timeline %d: their transactions are not in the new timeline, yet they are in the stream",
 			from, to, fork, handed, from),
 		Hint: "restart the relay (it then publishes every event of the new timeline); `outbox-relay verify` lists the orphaned events as extra; " +

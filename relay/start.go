@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -357,7 +358,7 @@ func (s *starter) comparePublication(now, recorded string) error {
 	if now == recorded {
 		return nil
 	}
-	return &replication.FatalError{
+	return &contract.FatalError{
 		Err: fmt.Errorf("publication %q changed since the relay took up slot %q (was %q, now %q): inserts made while the table was not published the same way may not have been decoded",
 			s.cfg.Publication, s.cfg.Slot, recorded, now),
 		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert'))", s.cfg.Table, s.cfg.Publication),

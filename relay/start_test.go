@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -191,7 +191,7 @@ func TestStartRefusesASlotItCannotTrust(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := takeUpOnce(ctx, env, cfg)
-			if !errors.Is(err, replication.ErrGap) {
+			if !errors.Is(err, contract.ErrGap) {
 				t.Fatalf("start-up after the slot was %s: %v, want a gap", tc.name, err)
 			}
 		})

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -187,7 +187,7 @@ func TestPublicationChangedWhileStopped(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := takeUpOnce(ctx, env, cfg)
-			if !errors.Is(err, replication.ErrGap) {
+			if !errors.Is(err, contract.ErrGap) {
 				t.Fatalf("start-up after the publication changed: %v, want a gap", err)
 			}
 		})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // forkPoint returns where timeline to's history (the content of its
@@ -19,7 +19,7 @@ import (
 func forkPoint(history []byte, from, to uint32) (pglogrepl.LSN, error) {
 	lsn, ok := parseForkPoint(history, from)
 	if !ok {
-		return 0, &replication.FatalError{
+		return 0, &contract.FatalError{
 			Err:  fmt.Errorf("timeline %d does not descend from timeline %d, which the relay streamed on", to, from),
 			Hint: "the server's history is not the one the relay followed: check which cluster answers at --pg-url",
 			Gap:  true,

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -38,7 +39,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publicat
 	if err != nil || len(problems) == 0 {
 		return err
 	}
-	return &FatalError{Err: errors.New("Postgres is not ready for the relay"), Hint: "\n  - " + joinProblems(problems, "\n  - ")}
+	return &contract.FatalError{Err: errors.New("Postgres is not ready for the relay"), Hint: "\n  - " + joinProblems(problems, "\n  - ")}
 }
 
 // Preflight returns, read-only, every problem of Check's; an error means

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // SQLSTATE codes the relay acts on.
@@ -21,56 +23,27 @@ const (
 	codeAdminShutdown      = "57P01"
 )
 
-// ErrGap means events may be missing from the stream: WAL was lost or not
-// decoded, so rows committed in between may never have been published.
-// Retrying cannot fix it; publishing from a new slot's snapshot every
-// committed row the stream lacks can. Errors that mean a gap wrap it: test
-// with errors.Is(err, ErrGap).
-var ErrGap = errors.New("events may be missing from the stream")
-
-// FatalError is an error that retrying cannot fix: the relay stops and
-// the message says what happened and, when the library knows, what to do.
-type FatalError struct {
-	Err  error
-	Hint string
-	// Gap marks a FatalError that means events may be missing from the
-	// stream: errors.Is(err, ErrGap) is then true.
-	Gap bool
-}
-
-func (e *FatalError) Error() string {
-	if e.Hint == "" {
-		return e.Err.Error()
-	}
-	return e.Err.Error() + ": " + e.Hint
-}
-
-func (e *FatalError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrGap and the error means a gap.
-func (e *FatalError) Is(target error) bool { return e.Gap && target == ErrGap }
-
-// Fatal marks the error as one retrying cannot fix.
-func (e *FatalError) Fatal() bool { return true }
-
+// fatal is an error retrying cannot fix (a contract.FatalError): the relay
+// stops, and the hint says what to do.
 func fatal(err error, hint string, args ...any) error {
-	return &FatalError{Err: err, Hint: fmt.Sprintf(hint, args...)}
+	return &contract.FatalError{Err: err, Hint: fmt.Sprintf(hint, args...)}
 }
 
 // gap is fatal for an error that means events may be missing: it wraps
-// ErrGap. The hint says what happened; the caller adds how to repair.
+// contract.ErrGap. The hint says what happened; the caller adds how to
+// repair.
 func gap(err error, hint string, args ...any) error {
-	return &FatalError{Err: err, Hint: fmt.Sprintf(hint, args...), Gap: true}
+	return &contract.FatalError{Err: err, Hint: fmt.Sprintf(hint, args...), Gap: true}
 }
 
 // errSlotBusy means another process streams from the slot: this relay waits
 // as a standby.
 var errSlotBusy = errors.New("replication slot is in use by another process")
 
-// classify turns a session error into a FatalError, errSlotBusy, or leaves
-// it transient (returned as is, retried with backoff).
+// classify turns a session error into a contract.FatalError, errSlotBusy,
+// or leaves it transient (returned as is, retried with backoff).
 func (s *Stream) classify(err error) error {
-	var fe *FatalError
+	var fe *contract.FatalError
 	if errors.As(err, &fe) || errors.Is(err, context.Canceled) {
 		return err
 	}

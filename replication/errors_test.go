@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 func TestClassify(t *testing.T) {
@@ -43,9 +45,9 @@ func TestClassify(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.classify(tc.err)
-			var fe *FatalError
+			var fe *contract.FatalError
 			isFatal := errors.As(err, &fe)
-			isGap := errors.Is(err, ErrGap)
+			isGap := errors.Is(err, contract.ErrGap)
 			switch tc.want {
 			case transient:
 				if err != tc.err {
@@ -98,30 +100,16 @@ func TestCheckSlot(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckSlot(tc.info, "outbox_relay", "app")
-			var fe *FatalError
+			var fe *contract.FatalError
 			if got := errors.As(err, &fe); got != tc.fatal {
 				t.Fatalf("CheckSlot = %v; fatal %v, want %v", err, got, tc.fatal)
 			}
-			if got := errors.Is(err, ErrGap); got != tc.gap {
-				t.Fatalf("CheckSlot = %v; errors.Is(ErrGap) = %v, want %v", err, got, tc.gap)
+			if got := errors.Is(err, contract.ErrGap); got != tc.gap {
+				t.Fatalf("CheckSlot = %v; errors.Is(contract.ErrGap) = %v, want %v", err, got, tc.gap)
 			}
 			if err != nil && (!strings.Contains(err.Error(), tc.errSubstr) || strings.Contains(err.Error(), "--")) {
 				t.Errorf("CheckSlot = %v; want it to mention %q and no command-line flag", err, tc.errSubstr)
 			}
 		})
-	}
-}
-
-func TestFatalErrorGap(t *testing.T) {
-	cause := errors.New("slot gone")
-	err := fmt.Errorf("session: %w", &FatalError{Err: cause, Hint: "h", Gap: true})
-	if !errors.Is(err, ErrGap) || !errors.Is(err, cause) {
-		t.Errorf("a gap FatalError must match both ErrGap and its cause: %v", err)
-	}
-	if errors.Is(&FatalError{Err: cause}, ErrGap) {
-		t.Error("a FatalError without Gap matches ErrGap")
-	}
-	if got, want := err.Error(), "session: slot gone: h"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }

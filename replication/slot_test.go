@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -142,8 +143,8 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 			t.Fatalf("LookupSlot = %+v; want a slot without plugin or positions", info)
 		}
 		err = replication.CheckSlot(info, "physical", "postgres")
-		var fe *replication.FatalError
-		if !errors.As(err, &fe) || errors.Is(err, replication.ErrGap) {
+		var fe *contract.FatalError
+		if !errors.As(err, &fe) || errors.Is(err, contract.ErrGap) {
 			t.Fatalf("CheckSlot = %v; want a FatalError that is not a gap", err)
 		}
 	})
@@ -157,7 +158,7 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		err = s.Run(rctx, idleHandler{})
-		if !errors.Is(err, replication.ErrGap) {
+		if !errors.Is(err, contract.ErrGap) {
 			t.Fatalf("Run = %v; want a gap", err)
 		}
 	})
@@ -200,11 +201,11 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 			t.Fatalf("CheckPublication on a good publication: %v", err)
 		}
 		exec(`ALTER PUBLICATION pub DROP TABLE outbox_events`)
-		if err := replication.CheckPublication(ctx, pool, table, "pub"); !errors.Is(err, replication.ErrGap) {
+		if err := replication.CheckPublication(ctx, pool, table, "pub"); !errors.Is(err, contract.ErrGap) {
 			t.Fatalf("table removed: CheckPublication = %v; want a gap", err)
 		}
 		exec(`DROP PUBLICATION pub`)
-		if err := replication.CheckPublication(ctx, pool, table, "pub"); !errors.Is(err, replication.ErrGap) {
+		if err := replication.CheckPublication(ctx, pool, table, "pub"); !errors.Is(err, contract.ErrGap) {
 			t.Fatalf("publication dropped: CheckPublication = %v; want a gap", err)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
@@ -36,7 +37,7 @@ type Handler interface {
 	Idle(walEnd pglogrepl.LSN)
 	// Flushed returns the LSN that is safe to confirm to Postgres now;
 	// final is set for the last status update before the relay stops. An
-	// error ends the session (a FatalError stops the relay).
+	// error ends the session (a contract.FatalError stops the relay).
 	Flushed(ctx context.Context, final bool) (pglogrepl.LSN, error)
 	// Drain waits until everything handed over is acknowledged.
 	Drain(ctx context.Context) error
@@ -170,7 +171,7 @@ func (s *Stream) noteSession(err error) {
 	}
 }
 
-// Run streams until ctx ends or a FatalError occurs. Transient failures
+// Run streams until ctx ends or a contract.FatalError occurs. Transient failures
 // (a lost connection, a restarting server, the slot busy with another
 // relay) are retried with capped exponential backoff. When ctx ends, Run
 // drains the Handler, sends a final status update and returns nil.
@@ -191,7 +192,7 @@ func (s *Stream) Run(ctx context.Context, h Handler) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		var fe *FatalError
+		var fe *contract.FatalError
 		if errors.As(err, &fe) {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -61,7 +62,7 @@ func (c *doctorCmd) checkStandby(ctx context.Context, slot string) (fs []doctor.
 
 // errorFinding turns a check's error into a finding, its hint the fix.
 func errorFinding(check string, err error) doctor.Finding {
-	var fe *replication.FatalError
+	var fe *contract.FatalError
 	if errors.As(err, &fe) {
 		return doctor.Finding{Check: check, Severity: doctor.Error, Message: fe.Err.Error(), Fix: fe.Hint}
 	}

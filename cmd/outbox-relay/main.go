@@ -18,9 +18,9 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/natsproc"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 type cli struct {
@@ -171,7 +171,7 @@ func exitCode(err error) int {
 }
 
 // repairAdvice is the way back from a gap, said once for every library
-// error that wraps replication.ErrGap.
+// error that wraps contract.ErrGap.
 const repairAdvice = "start the relay once with --recreate-slot: it creates a new slot and, from its snapshot, publishes every committed row the stream lacks (checked by id; narrow it with --repair-since), then streams"
 
 // report prints a fatal error once, with what to do about it. The log line
@@ -181,10 +181,10 @@ func report(log zerolog.Logger, err error) {
 	if err == errProblems || (errors.As(err, &ee) && ee.err == nil) {
 		return // the command printed its report
 	}
-	var fe *replication.FatalError
+	var fe *contract.FatalError
 	fatal := errors.As(err, &fe)
 	switch {
-	case errors.Is(err, replication.ErrGap):
+	case errors.Is(err, contract.ErrGap):
 		log.Error().Err(err).Str("fix", repairAdvice).Msg("cannot continue")
 	case fatal:
 		log.Error().Err(err).Msg("cannot continue")

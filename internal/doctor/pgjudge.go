@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -225,11 +226,11 @@ func slotFindings(f pgFacts, o PGOptions) []Finding {
 	}
 	if err := replication.CheckSlot(s, o.Slot, f.Database); err != nil {
 		fix := ""
-		var fe *replication.FatalError
+		var fe *contract.FatalError
 		if errors.As(err, &fe) {
 			fix = fe.Hint
 		}
-		if errors.Is(err, replication.ErrGap) {
+		if errors.Is(err, contract.ErrGap) {
 			fix = repairAdvice
 		}
 		return []Finding{problem(Error, check, fix, "%s", errMessage(err))}
@@ -256,7 +257,7 @@ func slotFindings(f pgFacts, o PGOptions) []Finding {
 // errMessage is an error's text without its FatalError hint, which the
 // finding carries as its fix.
 func errMessage(err error) string {
-	var fe *replication.FatalError
+	var fe *contract.FatalError
 	if errors.As(err, &fe) {
 		return fe.Err.Error()
 	}
