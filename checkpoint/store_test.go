@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -32,7 +32,7 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := decode.Table{Schema: "public", Name: "outbox_events"}
+	table := contract.Table{Schema: "public", Name: "outbox_events"}
 	if _, err := migrations.Apply(ctx, connCfg, migrations.Names{Table: table, Publication: replication.DefaultPublication}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}

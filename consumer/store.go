@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // DB is what a Consumer needs of Postgres. *pgxpool.Pool and *pgx.Conn
@@ -21,17 +21,17 @@ type DB interface {
 
 // store holds the SQL on the two tables.
 type store struct {
-	processed, failed decode.Table
+	processed, failed contract.Table
 	claimSQL          string
 	failSQL           string
 }
 
 func newStore(schema string) (store, error) {
-	p, err := decode.ParseTable(schema + ".processed_events")
+	p, err := contract.ParseTable(schema + ".processed_events")
 	if err != nil {
 		return store{}, fmt.Errorf("schema %q: want lower-case letters, digits and underscores", schema)
 	}
-	f := decode.Table{Schema: p.Schema, Name: "failed_events"}
+	f := contract.Table{Schema: p.Schema, Name: "failed_events"}
 	return store{
 		processed: p, failed: f,
 		claimSQL: `INSERT INTO ` + p.Quoted() + ` (consumer, event_id) VALUES ($1, $2)

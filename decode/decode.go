@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Kind says what a decoded message means to the relay.
@@ -62,7 +64,7 @@ type Message struct {
 // Start a new Decoder for every session: Postgres resends relation
 // descriptions on each START_REPLICATION.
 type Decoder struct {
-	table     Table
+	table     contract.Table
 	relations map[uint32]*relation
 	inTxn     bool
 	commitLSN pglogrepl.LSN
@@ -76,7 +78,7 @@ type Decoder struct {
 
 // NewDecoder returns a Decoder that reports inserts into table as events
 // (and logical messages, WithMessagePrefix).
-func NewDecoder(table Table, opts ...Option) *Decoder {
+func NewDecoder(table contract.Table, opts ...Option) *Decoder {
 	d := &Decoder{table: table, relations: make(map[uint32]*relation)}
 	for _, o := range opts {
 		o(d)

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
-var outbox = Table{Schema: "public", Name: "outbox_events"}
+var outbox = contract.Table{Schema: "public", Name: "outbox_events"}
 
 func decodeAll(t *testing.T, d *Decoder, msgs ...[]byte) []Message {
 	t.Helper()
@@ -230,25 +232,6 @@ func TestFormatTimestamp(t *testing.T) {
 	for in, want := range cases {
 		if got := string(formatTimestamp([]byte(in))); got != want {
 			t.Errorf("formatTimestamp(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestParseTable(t *testing.T) {
-	good := map[string]Table{
-		"outbox_events":     {"public", "outbox_events"},
-		"app.outbox_events": {"app", "outbox_events"},
-		"s1.t_2":            {"s1", "t_2"},
-	}
-	for in, want := range good {
-		got, err := ParseTable(in)
-		if err != nil || got != want {
-			t.Errorf("ParseTable(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "Outbox", "a.b.c", `x"; drop table y; --`, "public.", ".t", "1abc"} {
-		if _, err := ParseTable(bad); err == nil {
-			t.Errorf("ParseTable(%q) succeeded, want an error", bad)
 		}
 	}
 }

@@ -2,39 +2,11 @@ package decode
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 )
-
-// Table names the outbox table. Both parts are plain lower-case SQL
-// identifiers, so the name means the same thing quoted and unquoted.
-type Table struct {
-	Schema string
-	Name   string
-}
-
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
-// ParseTable parses "schema.table" or "table" (schema public).
-func ParseTable(s string) (Table, error) {
-	schema, name, found := strings.Cut(s, ".")
-	if !found {
-		schema, name = "public", s
-	}
-	if !identRE.MatchString(schema) || !identRE.MatchString(name) {
-		return Table{}, fmt.Errorf("table %q: want schema.table made of lower-case letters, digits and underscores (for example public.outbox_events)", s)
-	}
-	return Table{Schema: schema, Name: name}, nil
-}
-
-// String returns schema.table.
-func (t Table) String() string { return t.Schema + "." + t.Name }
-
-// Quoted returns "schema"."table" for use in SQL text.
-func (t Table) Quoted() string { return `"` + t.Schema + `"."` + t.Name + `"` }
 
 // Position orders events: the commit LSN of their transaction, then their
 // index among that transaction's outbox inserts. Transactions reach the

@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -20,7 +21,7 @@ func ExampleDecoder() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"})
+	d := decode.NewDecoder(contract.Table{Schema: "public", Name: "outbox_events"})
 	for _, data := range msgs {
 		m, err := d.Decode(data)
 		if err != nil {

@@ -9,10 +9,6 @@ import (
 	"strings"
 )
 
-// ColumnHeaders is the optional outbox column of per-event message headers
-// (such as traceparent): a JSON object of header names to string values.
-const ColumnHeaders = "headers"
-
 // Bounds of an event's own headers: together with the relay's headers
 // they stay far below JetStream's 64 KiB header limit, also when every
 // byte is percent-encoded, so that the event, or at worst its dead letter,

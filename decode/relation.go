@@ -3,21 +3,12 @@ package decode
 import (
 	"fmt"
 	"strings"
-)
 
-// Column names the relay reads from the outbox table. created_at is
-// optional; every other one is required.
-const (
-	ColumnID            = "id"
-	ColumnAggregateType = "aggregate_type"
-	ColumnAggregateID   = "aggregate_id"
-	ColumnEventType     = "event_type"
-	ColumnPayload       = "payload"
-	ColumnCreatedAt     = "created_at"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // RequiredColumns lists the columns an outbox table must have.
-var RequiredColumns = []string{ColumnID, ColumnAggregateType, ColumnAggregateID, ColumnEventType, ColumnPayload}
+var RequiredColumns = []string{contract.ColumnID, contract.ColumnAggregateType, contract.ColumnAggregateID, contract.ColumnEventType, contract.ColumnPayload}
 
 // oidBytea is the type OID of bytea, the one payload type whose text form
 // is not the payload itself.
@@ -51,10 +42,10 @@ func (d *Decoder) relation(r *reader) error {
 			return fmt.Errorf("relation %s lists column %q twice", rel.name, col)
 		}
 		found[col] = i
-		if col == ColumnPayload {
+		if col == contract.ColumnPayload {
 			rel.payloadIsBytea = typ == oidBytea
 		}
-		if col == ColumnHeaders && !isHeadersType(typ) {
+		if col == contract.ColumnHeaders && !isHeadersType(typ) {
 			delete(found, col) // someone else's column: never read
 		}
 	}
@@ -81,15 +72,15 @@ func (rel *relation) mapColumns(found map[string]int) error {
 		return fmt.Errorf("outbox table %s has no column %s (required: %s)",
 			rel.name, strings.Join(missing, ", "), strings.Join(RequiredColumns, ", "))
 	}
-	rel.id = found[ColumnID]
-	rel.aggregateType = found[ColumnAggregateType]
-	rel.aggregateID = found[ColumnAggregateID]
-	rel.eventType = found[ColumnEventType]
-	rel.payload = found[ColumnPayload]
-	if i, ok := found[ColumnCreatedAt]; ok {
+	rel.id = found[contract.ColumnID]
+	rel.aggregateType = found[contract.ColumnAggregateType]
+	rel.aggregateID = found[contract.ColumnAggregateID]
+	rel.eventType = found[contract.ColumnEventType]
+	rel.payload = found[contract.ColumnPayload]
+	if i, ok := found[contract.ColumnCreatedAt]; ok {
 		rel.createdAt = i
 	}
-	if i, ok := found[ColumnHeaders]; ok {
+	if i, ok := found[contract.ColumnHeaders]; ok {
 		rel.headers = i
 	}
 	return nil

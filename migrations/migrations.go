@@ -26,7 +26,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 //go:embed sql/*.sql
@@ -34,7 +34,7 @@ var templates embed.FS
 
 // Names are the names the SQL is rendered with.
 type Names struct {
-	Table       decode.Table
+	Table       contract.Table
 	Publication string
 }
 

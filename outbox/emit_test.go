@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -28,7 +29,7 @@ func emitted(t *testing.T, env *relaytest.Env, slot, prefix string) []decode.Eve
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"}, decode.WithMessagePrefix(prefix))
+	d := decode.NewDecoder(contract.Table{Schema: "public", Name: "outbox_events"}, decode.WithMessagePrefix(prefix))
 	var out []decode.Event
 	for _, m := range msgs {
 		got, err := d.Decode(m)

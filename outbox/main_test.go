@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -58,7 +58,7 @@ func exampleDatabase() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	names := migrations.Names{Table: decode.Table{Schema: "public", Name: "outbox_events"}, Publication: "outbox_pub"}
+	names := migrations.Names{Table: contract.Table{Schema: "public", Name: "outbox_events"}, Publication: "outbox_pub"}
 	if _, err := migrations.Apply(ctx, cfg, names); err != nil {
 		return "", err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -255,7 +255,7 @@ func TestWithTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrations.Apply(ctx, cfg, migrations.Names{Table: decode.Table{Schema: "shop", Name: "order_events"}, Publication: "shop_pub"}); err != nil {
+	if _, err := migrations.Apply(ctx, cfg, migrations.Names{Table: contract.Table{Schema: "shop", Name: "order_events"}, Publication: "shop_pub"}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := outbox.NewWriter(outbox.WithTable("shop.order_events"))

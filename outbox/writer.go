@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -32,7 +33,7 @@ const DefaultMaxPayload = 1 << 20
 
 // A Writer writes events to one outbox table. It is safe for concurrent use.
 type Writer struct {
-	table      decode.Table
+	table      contract.Table
 	maxMessage int
 	insertSQL  string
 	// insertHeadersSQL also fills the headers column: used only when an
@@ -49,7 +50,7 @@ type Option func(*Writer) error
 // instead of public.outbox_events.
 func WithTable(table string) Option {
 	return func(w *Writer) error {
-		t, err := decode.ParseTable(table)
+		t, err := contract.ParseTable(table)
 		if err != nil {
 			return fmt.Errorf("outbox: %w", err)
 		}
@@ -77,7 +78,7 @@ func WithMaxPayload(bytes int) Option {
 // NewWriter returns a Writer for public.outbox_events, or the table
 // WithTable names.
 func NewWriter(opts ...Option) (*Writer, error) {
-	w := &Writer{table: decode.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload, prefix: decode.DefaultMessagePrefix}
+	w := &Writer{table: contract.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload, prefix: decode.DefaultMessagePrefix}
 	for _, o := range opts {
 		if err := o(w); err != nil {
 			return nil, err
@@ -102,13 +103,13 @@ func WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) 
 }
 
 // Table returns the table w writes to.
-func (w *Writer) Table() decode.Table { return w.table }
+func (w *Writer) Table() contract.Table { return w.table }
 
 // insertSQL is one statement for any number of events: the rows come
 // from four parallel text arrays, inserted in array order, so the ids come
 // back in the order of the events. The payload is cast from text so that
 // no driver has to know how to encode jsonb.
-func insertSQL(t decode.Table) string {
+func insertSQL(t contract.Table) string {
 	return `INSERT INTO ` + t.Quoted() + ` (aggregate_type, aggregate_id, event_type, payload)
 SELECT u.aggregate_type, u.aggregate_id, u.event_type, u.payload::jsonb
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(aggregate_type, aggregate_id, event_type, payload, n)
@@ -118,7 +119,7 @@ RETURNING id::text`
 
 // insertHeadersSQL is insertSQL with a fifth array for the headers column
 // (an empty string for an event without headers).
-func insertHeadersSQL(t decode.Table) string {
+func insertHeadersSQL(t contract.Table) string {
 	return `INSERT INTO ` + t.Quoted() + ` (aggregate_type, aggregate_id, event_type, payload, headers)
 SELECT u.aggregate_type, u.aggregate_id, u.event_type, u.payload::jsonb, NULLIF(u.headers, '')::jsonb
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(aggregate_type, aggregate_id, event_type, payload, headers, n)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -218,7 +219,7 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("table %s does not exist: run `outbox-relay migrate`", cfg.Table)
 	}
 	p.byteaPayload = cols["payload"] == "bytea"
-	_, hasHeaders := cols[decode.ColumnHeaders]
+	_, hasHeaders := cols[contract.ColumnHeaders]
 	p.q = newQueries(cfg.Table, hasHeaders)
 	var claims bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{cfg.Table.Schema, ClaimsTable}.Sanitize()).Scan(&claims); err != nil {

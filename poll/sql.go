@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Columns the polling relay needs beyond the event's own (see migrations
@@ -39,7 +39,7 @@ type queries struct {
 	reject string
 }
 
-func newQueries(t decode.Table, hasHeaders bool) queries {
+func newQueries(t contract.Table, hasHeaders bool) queries {
 	q := t.Quoted()
 	headers := "NULL::text"
 	if hasHeaders {
@@ -78,7 +78,7 @@ WHERE ctid = $1::tid`, q),
 // lockClass is the first key of the aggregates' advisory locks: one class
 // per table, so that tables do not contend and the relay's other advisory
 // locks (one bigint key) never collide with these (two int4 keys).
-func lockClass(t decode.Table) int32 {
+func lockClass(t contract.Table) int32 {
 	h := fnv.New32a()
 	h.Write([]byte("outbox-relay poll " + t.Quoted()))
 	return int32(h.Sum32())

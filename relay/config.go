@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -28,7 +28,7 @@ type Config struct {
 
 	Slot              string
 	Publication       string
-	Table             decode.Table
+	Table             contract.Table
 	Stream            string
 	Subject           sink.Template
 	DeadLetterSubject string

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/verify"
@@ -16,12 +17,12 @@ import (
 // give: rows present when a slot is created, rows a gap left out of the
 // stream, dead letters to retry. Events read this way have commit LSN 0.
 type RowSource struct {
-	table decode.Table
+	table contract.Table
 	cols  map[string]string
 }
 
 // NewRowSource reads the columns of table.
-func NewRowSource(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (*RowSource, error) {
+func NewRowSource(ctx context.Context, pool *pgxpool.Pool, table contract.Table) (*RowSource, error) {
 	cols, err := replication.Columns(ctx, pool, table)
 	if err != nil {
 		return nil, err
@@ -42,10 +43,10 @@ func (r *RowSource) Has(col string) bool { _, ok := r.cols[col]; return ok }
 // order is out of reach: it may predate the slot by years.
 func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, args []any, fn func(*decode.Event) error) (int, error) {
 	created, order, headers := "NULL", "ctid", "NULL"
-	if r.Has(decode.ColumnCreatedAt) {
+	if r.Has(contract.ColumnCreatedAt) {
 		created, order = "created_at::text", "created_at, ctid"
 	}
-	if _, ok := decode.HeadersColumnTypes[r.cols[decode.ColumnHeaders]]; ok {
+	if _, ok := decode.HeadersColumnTypes[r.cols[contract.ColumnHeaders]]; ok {
 		headers = "headers::text"
 	}
 	var commitTS string
@@ -73,8 +74,8 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 		v := rows.RawValues()
 		ev := decode.NewEvent(decode.Fields{
 			ID: v[0], AggregateType: v[1], AggregateID: v[2], EventType: v[3], Payload: v[4], CreatedAt: v[5], Headers: v[6],
-			PayloadIsBytea: r.cols[decode.ColumnPayload] == "bytea",
-			HasCreatedAt:   r.Has(decode.ColumnCreatedAt),
+			PayloadIsBytea: r.cols[contract.ColumnPayload] == "bytea",
+			HasCreatedAt:   r.Has(contract.ColumnCreatedAt),
 		}, decode.Position{Index: uint32(n)})
 		if err := fn(&ev); err != nil {
 			return n, err
@@ -90,12 +91,12 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 // warnForeignHeaders says so when the table has a headers column the relay
 // does not read (not json or jsonb): events then carry no headers of their
 // own, and outbox.Write cannot write any.
-func warnForeignHeaders(ctx context.Context, pool *pgxpool.Pool, table decode.Table, log zerolog.Logger) {
+func warnForeignHeaders(ctx context.Context, pool *pgxpool.Pool, table contract.Table, log zerolog.Logger) {
 	cols, err := replication.Columns(ctx, pool, table)
 	if err != nil {
 		return // Check read them a moment ago; nothing to add
 	}
-	if typ, ok := cols[decode.ColumnHeaders]; ok {
+	if typ, ok := cols[contract.ColumnHeaders]; ok {
 		if _, ours := decode.HeadersColumnTypes[typ]; !ours {
 			log.Warn().Str("table", table.String()).Str("type", typ).
 				Msg("the table's headers column is not json or jsonb: the relay does not read it, and events carry no headers of their own")

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
@@ -141,7 +142,7 @@ func receiveCommits(ctx context.Context, t *testing.T, repl *pgconn.PgConn, n in
 
 func decodeStream(t *testing.T, msgs [][]byte, opts ...decode.Option) ([]decode.Event, []string) {
 	t.Helper()
-	d := decode.NewDecoder(decode.Table{Schema: "public", Name: "outbox_events"}, opts...)
+	d := decode.NewDecoder(contract.Table{Schema: "public", Name: "outbox_events"}, opts...)
 	var events []decode.Event
 	var ignored []string
 	for i, m := range msgs {

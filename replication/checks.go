@@ -34,7 +34,7 @@ const (
 // Check verifies, read-only, what streaming needs: wal_level, the role's
 // REPLICATION attribute, the publication and the table's membership, and
 // the table's columns. It reports every problem found, each with its fix.
-func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) error {
+func Check(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) error {
 	problems, err := Preflight(ctx, pool, table, publication)
 	if err != nil || len(problems) == 0 {
 		return err
@@ -44,7 +44,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publicat
 
 // Preflight returns, read-only, every problem of Check's; an error means
 // Postgres could not be asked.
-func Preflight(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]Problem, error) {
+func Preflight(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) ([]Problem, error) {
 	var problems []Problem
 	var walLevel string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
@@ -111,7 +111,7 @@ func joinProblems(problems []Problem, sep string) string {
 // inserts and contains the table. The relay runs it before confirming
 // progress: with the table out of the publication, Postgres would send
 // nothing for it and confirming keepalives would skip its inserts.
-func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) error {
+func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) error {
 	problems, err := checkPublication(ctx, pool, table, publication)
 	if err != nil || len(problems) == 0 {
 		return err
@@ -122,7 +122,7 @@ func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 
 // checkPublication returns the publication's problems; an error means it
 // could not be read.
-func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Table, publication string) ([]Problem, error) {
+func checkPublication(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) ([]Problem, error) {
 	var insert, allTables, viaRoot, partitioned bool
 	err := pool.QueryRow(ctx, `SELECT pubinsert, puballtables, pubviaroot,
 			coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($2)), false)
@@ -160,7 +160,7 @@ func checkPublication(ctx context.Context, pool *pgxpool.Pool, table decode.Tabl
 
 // Columns returns the table's columns and their type names; an empty map
 // when the table does not exist.
-func Columns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (map[string]string, error) {
+func Columns(ctx context.Context, pool *pgxpool.Pool, table contract.Table) (map[string]string, error) {
 	rows, err := pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a
 		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, table.Quoted())
 	if err != nil {
@@ -178,7 +178,7 @@ func Columns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (map[s
 	return cols, nil
 }
 
-func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) ([]Problem, error) {
+func checkColumns(ctx context.Context, pool *pgxpool.Pool, table contract.Table) ([]Problem, error) {
 	have, err := Columns(ctx, pool, table)
 	if err != nil {
 		return nil, err
@@ -211,7 +211,7 @@ func checkColumns(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (
 //   - a row filter or a column list added (Postgres 15+).
 //
 // The relay records it with its slot and refuses to go on when it differs.
-func PublicationIdentity(ctx context.Context, db Querier, table decode.Table, publication string) (string, error) {
+func PublicationIdentity(ctx context.Context, db Querier, table contract.Table, publication string) (string, error) {
 	var version int
 	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		return "", fmt.Errorf("read the server version: %w", err)

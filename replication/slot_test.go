@@ -42,7 +42,7 @@ func TestSlotsAndGapsOnRealPostgres(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	table := decode.Table{Schema: "public", Name: "outbox_events"}
+	table := contract.Table{Schema: "public", Name: "outbox_events"}
 	exec(`CREATE TABLE outbox_events (id UUID PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type TEXT NOT NULL,
 		aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
 	exec(`CREATE PUBLICATION pub FOR TABLE outbox_events WITH (publish = 'insert')`)

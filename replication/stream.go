@@ -63,7 +63,7 @@ type Config struct {
 	Repl        *pgconn.Config
 	Slot        string
 	Publication string
-	Table       decode.Table
+	Table       contract.Table
 	// MessagePrefix, when set, makes transactional logical messages with
 	// this prefix events too (table-less events, Postgres 14+).
 	MessagePrefix string

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/retention"
@@ -43,7 +43,7 @@ func TestPartitionedTable(t *testing.T) {
 	env.Exec(partitionedDDL)
 	env.Exec(`CREATE TABLE part_events_old PARTITION OF part_events FOR VALUES FROM (` + ts(now.Add(-60*24*time.Hour)) + `) TO (` + ts(split) + `)`)
 	env.Exec(`CREATE TABLE part_events_new PARTITION OF part_events FOR VALUES FROM (` + ts(split) + `) TO (` + ts(now.Add(30*24*time.Hour)) + `)`)
-	env.Table = decode.Table{Schema: "public", Name: "part_events"}
+	env.Table = contract.Table{Schema: "public", Name: "part_events"}
 	env.Pub = "part_pub"
 	env.Migrate()
 

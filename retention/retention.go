@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -35,7 +35,7 @@ const (
 
 // Config says what a cleanup run may do.
 type Config struct {
-	Table decode.Table
+	Table contract.Table
 	Slot  string
 	// Retention: rows created less than this long ago are kept.
 	Retention time.Duration
@@ -211,7 +211,7 @@ func (c *cleaner) checkTable(ctx context.Context) error {
 	if len(cols) == 0 {
 		return fmt.Errorf("table %s does not exist", c.cfg.Table)
 	}
-	if _, ok := cols[decode.ColumnCreatedAt]; !ok {
+	if _, ok := cols[contract.ColumnCreatedAt]; !ok {
 		return fmt.Errorf("table %s has no created_at column: cleanup keeps rows by their age and cannot tell it", c.cfg.Table)
 	}
 	_, c.hasProcessedAt = cols["processed_at"]

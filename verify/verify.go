@@ -20,13 +20,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // Options selects what to compare.
 type Options struct {
-	Table decode.Table
+	Table contract.Table
 	// Subjects are the stream subjects the relay publishes on: the
 	// template's filter and the dead-letter subject.
 	Subjects []string

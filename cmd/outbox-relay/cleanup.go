@@ -10,7 +10,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/retention"
 )
@@ -40,7 +40,7 @@ func cleanupDefaults() kong.Vars {
 }
 
 func (c *cleanupCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	table, err := decode.ParseTable(c.Table)
+	table, err := contract.ParseTable(c.Table)
 	if err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}

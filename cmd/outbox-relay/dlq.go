@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -43,7 +44,7 @@ type deadLetter struct {
 }
 
 func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	table, err := decode.ParseTable(c.Table)
+	table, err := contract.ParseTable(c.Table)
 	if err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/poll"
@@ -121,7 +122,7 @@ type nameFlags struct {
 // names is nameFlags parsed and validated.
 type names struct {
 	slot, publication string
-	table             decode.Table
+	table             contract.Table
 	stream            string
 	subject           sink.Template
 	deadLetter        string
@@ -145,7 +146,7 @@ func (f nameFlags) parse() (names, error) {
 	if err = replication.CheckName("publication", f.Publication); err != nil {
 		return n, fmt.Errorf("--publication: %w", err)
 	}
-	if n.table, err = decode.ParseTable(f.Table); err != nil {
+	if n.table, err = contract.ParseTable(f.Table); err != nil {
 		return n, fmt.Errorf("--table: %w", err)
 	}
 	dots, err := sink.ParseDots(f.SubjectDots)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -21,7 +21,7 @@ type migrateCmd struct {
 }
 
 func (c *migrateCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	table, err := decode.ParseTable(c.Table)
+	table, err := contract.ParseTable(c.Table)
 	if err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}

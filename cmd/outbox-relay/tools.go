@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -24,7 +25,7 @@ type tools struct {
 	nc     *nats.Conn
 	stream jetstream.Stream
 	store  *checkpoint.Store
-	table  decode.Table
+	table  contract.Table
 	pgURL  string // what republished messages name as their source
 }
 

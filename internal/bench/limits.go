@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -70,7 +71,7 @@ func (h *countingHandler) Drain(context.Context) error { return nil }
 
 // bareReceiver measures the relay's own replication and decoding path,
 // with publishing switched off, over want events of the slot.
-func bareReceiver(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, slot, publication string, table decode.Table, want int) (time.Duration, error) {
+func bareReceiver(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, slot, publication string, table contract.Table, want int) (time.Duration, error) {
 	stream, err := replication.NewStream(replication.Config{Repl: repl, Slot: slot, Publication: publication, Table: table},
 		pool, zerolog.Nop(), replication.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -21,7 +22,7 @@ import (
 type scenario struct {
 	name              string
 	slot, publication string
-	table             decode.Table
+	table             contract.Table
 	stream            string
 	subject           sink.Template
 	deadLetter        string
@@ -31,7 +32,7 @@ func newScenario(name string) (scenario, error) {
 	s := scenario{name: name, slot: "bench_" + name, publication: "bench_" + name,
 		stream: "BENCH_" + strings.ToUpper(name), deadLetter: "bench_" + name + "_dead_letter"}
 	var err error
-	if s.table, err = decode.ParseTable("public.bench_" + name); err != nil {
+	if s.table, err = contract.ParseTable("public.bench_" + name); err != nil {
 		return s, err
 	}
 	if s.subject, err = sink.ParseTemplate("bench_" + name + ".{aggregate_type}.{event_type}"); err != nil {

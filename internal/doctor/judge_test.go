@@ -7,12 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
-var testOpts = PGOptions{Table: decode.Table{Schema: "public", Name: "outbox_events"}, Publication: "outbox_pub", Slot: "outbox_relay", StatusInterval: 10 * time.Second}
+var testOpts = PGOptions{Table: contract.Table{Schema: "public", Name: "outbox_events"}, Publication: "outbox_pub", Slot: "outbox_relay", StatusInterval: 10 * time.Second}
 
 // goodPG is a setup with nothing to fix: an active slot, the relay's grants.
 func goodPG() pgFacts {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -19,7 +19,7 @@ import (
 // PollOptions are the polling relay's names and settings (run --source
 // poll) the Postgres checks judge.
 type PollOptions struct {
-	Table decode.Table
+	Table contract.Table
 	// Slot is the WAL relay's slot, which must not exist.
 	Slot string
 	// Notify says the NOTIFY trigger is meant to be there (migrate

@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // PGOptions are the relay's names and settings the Postgres checks judge.
 type PGOptions struct {
-	Table       decode.Table
+	Table       contract.Table
 	Publication string
 	Slot        string
 	// StatusInterval is the relay's --status-interval: wal_sender_timeout
@@ -151,7 +151,7 @@ func readPublication(ctx context.Context, pool *pgxpool.Pool, publication string
 	return p, nil
 }
 
-func readGrants(ctx context.Context, pool *pgxpool.Pool, table decode.Table) (grantFacts, error) {
+func readGrants(ctx context.Context, pool *pgxpool.Pool, table contract.Table) (grantFacts, error) {
 	var g grantFacts
 	err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
 			CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $2) THEN has_schema_privilege($2, 'USAGE') ELSE false END,

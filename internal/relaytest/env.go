@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -91,7 +91,7 @@ type Env struct {
 	NATSURL  string
 	NC       *nats.Conn
 	JS       jetstream.JetStream
-	Table    decode.Table
+	Table    contract.Table
 	// RelayPG and RelayNATS, when set, are where the relay connects
 	// instead of the test's own servers (a fault proxy, another server).
 	RelayPG   string
@@ -123,7 +123,7 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 	e := &Env{
 		T: t, Cluster: cluster,
 		Database: fmt.Sprintf("t%d_%d", os.Getpid(), dbCounter.Add(1)),
-		Table:    decode.Table{Schema: "public", Name: "outbox_events"},
+		Table:    contract.Table{Schema: "public", Name: "outbox_events"},
 		Pub:      "outbox_pub", Stream: "OUTBOX",
 		Subject: "outbox.{aggregate_type}.{event_type}", DeadSubj: "outbox_dead_letter",
 		DuplicateWindow: time.Second,
