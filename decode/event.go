@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Position orders events: the commit LSN of their transaction, then their
@@ -99,7 +101,7 @@ func NewEvent(f Fields, pos Position) Event {
 		payload = decoded
 	}
 	if id != nil {
-		if problem := CheckID(id); problem != "" {
+		if problem := contract.CheckID(id); problem != "" {
 			problems = append(problems, problem)
 		}
 	}
@@ -135,20 +137,4 @@ func appendString(buf, v []byte) (string, []byte) {
 	start := len(buf)
 	buf = append(buf, v...)
 	return unsafeString(buf[start:]), buf
-}
-
-// CheckID reports why id cannot be a Nats-Msg-Id, or "" when it can. The
-// id must reach JetStream exactly: a header would trim surrounding
-// whitespace and replace line breaks, and dedup would then compare ids
-// that differ from the row's.
-func CheckID[T string | []byte](id T) string {
-	if len(id) == 0 {
-		return "id is empty"
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c <= ' ' || c == 0x7f {
-			return "id contains whitespace or a control character, which a Nats-Msg-Id header cannot carry exactly"
-		}
-	}
-	return ""
 }

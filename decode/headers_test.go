@@ -4,11 +4,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 func TestParseHeaders(t *testing.T) {
 	many := "{"
-	for i := 0; i <= MaxHeaders; i++ {
+	for i := 0; i <= contract.MaxHeaders; i++ {
 		if i > 0 {
 			many += ","
 		}
@@ -42,7 +44,7 @@ func TestParseHeaders(t *testing.T) {
 		{in: `{"a": "1"} {}`, problem: "text after the object"},
 		{in: `{"Status": "404"}`, problem: "reserved"},
 		{in: `{"description": "x"}`, problem: "reserved"},
-		{in: `{"big": "` + strings.Repeat("v", MaxHeaderValue+1) + `"}`, problem: "over the 4096 allowed"},
+		{in: `{"big": "` + strings.Repeat("v", contract.MaxHeaderValue+1) + `"}`, problem: "over the 4096 allowed"},
 		{in: `{"a": "` + strings.Repeat("v", 4000) + `", "b": "` + strings.Repeat("v", 4000) + `", "c": "` + strings.Repeat("v", 4000) + `", "d": "` + strings.Repeat("v", 1000) + `"}`, problem: "headers of over"},
 		{in: `{"a": "1"`, problem: "not JSON"},
 		{in: ``, problem: "not JSON"},
@@ -87,11 +89,11 @@ func FuzzParseHeaders(f *testing.F) {
 			}
 			return
 		}
-		if len(hs) > MaxHeaders {
+		if len(hs) > contract.MaxHeaders {
 			t.Fatalf("%d headers", len(hs))
 		}
 		for _, h := range hs {
-			if err := CheckHeaderName(h.Name); err != nil {
+			if err := contract.CheckHeaderName(h.Name); err != nil {
 				t.Fatalf("accepted header name: %v", err)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Event is one outbox row to write.
@@ -26,9 +26,9 @@ type Event struct {
 	// json.RawMessage("null") or "{}" if an empty body is meant.
 	Payload any
 	// Headers are message headers of the event's own, such as traceparent
-	// and tracestate: at most decode.MaxHeaders, names that are HTTP
+	// and tracestate: at most contract.MaxHeaders, names that are HTTP
 	// tokens outside the Nats- and Outbox- prefixes (see
-	// decode.CheckHeaderName), values valid UTF-8 without NUL. They are
+	// contract.CheckHeaderName), values valid UTF-8 without NUL. They are
 	// written to the table's headers column (migration 00006), which
 	// Write uses only when some event of the call has headers.
 	Headers map[string]string
@@ -119,13 +119,13 @@ func headersText(hs map[string]string) (string, int, error) {
 	if len(hs) == 0 {
 		return "", 0, nil
 	}
-	if len(hs) > decode.MaxHeaders {
-		return "", 0, fmt.Errorf("%d headers, over the %d allowed", len(hs), decode.MaxHeaders)
+	if len(hs) > contract.MaxHeaders {
+		return "", 0, fmt.Errorf("%d headers, over the %d allowed", len(hs), contract.MaxHeaders)
 	}
 	size, total := 0, 0
 	seen := make(map[string]string, len(hs))
 	for name, value := range hs {
-		if err := decode.CheckHeaderName(name); err != nil {
+		if err := contract.CheckHeaderName(name); err != nil {
 			return "", 0, err
 		}
 		if other, dup := seen[strings.ToLower(name)]; dup {
@@ -135,11 +135,11 @@ func headersText(hs map[string]string) (string, int, error) {
 		if !utf8.ValidString(value) || strings.IndexByte(value, 0) >= 0 {
 			return "", 0, fmt.Errorf("header %q: the value must be valid UTF-8 without NUL bytes", name)
 		}
-		if len(value) > decode.MaxHeaderValue {
-			return "", 0, fmt.Errorf("header %q: the value is %d bytes, over the %d allowed", name, len(value), decode.MaxHeaderValue)
+		if len(value) > contract.MaxHeaderValue {
+			return "", 0, fmt.Errorf("header %q: the value is %d bytes, over the %d allowed", name, len(value), contract.MaxHeaderValue)
 		}
-		if total += len(name) + len(value); total > decode.MaxHeaderBytes {
-			return "", 0, fmt.Errorf("headers of over %d bytes", decode.MaxHeaderBytes)
+		if total += len(name) + len(value); total > contract.MaxHeaderBytes {
+			return "", 0, fmt.Errorf("headers of over %d bytes", contract.MaxHeaderBytes)
 		}
 		// A value percent-encoded at worst, and its name in the list of
 		// encoded headers.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -302,7 +303,7 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 // deadLetterMsgID is the Nats-Msg-Id of ev's dead letter. An id that cannot
 // be a message id is replaced by the event's WAL position.
 func deadLetterMsgID(ev *decode.Event) string {
-	if decode.CheckID(ev.ID) != "" {
+	if contract.CheckID(ev.ID) != "" {
 		return DeadLetterMsgIDPrefix + ev.Position.String()
 	}
 	return DeadLetterMsgIDPrefix + ev.ID

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -204,7 +205,7 @@ func parseSource(msg *jetstream.RawStreamMsg) (src Source, ok bool) {
 // reads it back: the event's id, or for a dead letter whose id cannot be
 // a Nats-Msg-Id, its WAL position.
 func StoredID(ev *decode.Event) string {
-	if decode.CheckID(ev.ID) != "" {
+	if contract.CheckID(ev.ID) != "" {
 		return ev.Position.String()
 	}
 	return ev.ID

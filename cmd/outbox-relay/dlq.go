@@ -92,7 +92,7 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // shownID quotes an id that whitespace or control characters would make
 // ambiguous in a table.
 func shownID(id string) string {
-	if decode.CheckID(id) != "" {
+	if contract.CheckID(id) != "" {
 		return strconv.Quote(id)
 	}
 	return id
