@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Message is the delivery a Handler gets.
@@ -41,7 +41,7 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 	}
 	h := jm.Headers()
 	encoded := map[string]bool{}
-	for _, name := range strings.Split(h.Get(sink.HeaderPercentEncoded), ",") {
+	for _, name := range strings.Split(h.Get(contract.HeaderPercentEncoded), ",") {
 		encoded[strings.TrimSpace(name)] = true
 	}
 	value := func(key string) string {
@@ -52,10 +52,10 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 		return v
 	}
 	return &Message{
-		ID:            h.Get(sink.HeaderMsgID),
-		AggregateType: value(sink.HeaderAggregateType),
-		AggregateID:   value(sink.HeaderAggregateID),
-		EventType:     value(sink.HeaderEventType),
+		ID:            h.Get(contract.HeaderMsgID),
+		AggregateType: value(contract.HeaderAggregateType),
+		AggregateID:   value(contract.HeaderAggregateID),
+		EventType:     value(contract.HeaderEventType),
 		Subject:       jm.Subject(),
 		Data:          jm.Data(),
 		Header:        h,

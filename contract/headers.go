@@ -5,6 +5,57 @@ import (
 	"strings"
 )
 
+// Header names on every message the relay publishes. Other tools rely on
+// them; keep them stable.
+const (
+	// HeaderMsgID is JetStream's deduplication header: the event id (a
+	// dead letter's is DeadLetterMsgID of it).
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderAggregateType is the row's aggregate_type, unchanged.
+	HeaderAggregateType = "Outbox-Aggregate-Type"
+	// HeaderAggregateID is the row's aggregate_id, unchanged.
+	HeaderAggregateID = "Outbox-Aggregate-Id"
+	// HeaderEventType is the row's event_type, unchanged.
+	HeaderEventType = "Outbox-Event-Type"
+	// HeaderCreatedAt is the row's created_at in RFC 3339, UTC; absent
+	// when the row has none.
+	HeaderCreatedAt = "Outbox-Created-At"
+	// HeaderCommitLSN is the commit LSN of the event's transaction, in
+	// Postgres text form (0/1A2B3C4).
+	HeaderCommitLSN = "Outbox-Commit-Lsn"
+	// HeaderTxnIndex is the event's index within its transaction.
+	HeaderTxnIndex = "Outbox-Txn-Index"
+	// HeaderPercentEncoded lists, comma-separated, the headers whose
+	// values are percent-encoded because a header could not carry them
+	// exactly.
+	HeaderPercentEncoded = "Outbox-Percent-Encoded"
+
+	// The source of every message: which WAL, and which slot's reading of
+	// it, the event was decoded from.
+
+	// HeaderSourceSystem is the Postgres system identifier, in decimal.
+	HeaderSourceSystem = "Outbox-Source-System"
+	// HeaderSourceTimeline is the timeline the relay streamed on.
+	HeaderSourceTimeline = "Outbox-Source-Timeline"
+	// HeaderSourceSlot is the replication slot's name.
+	HeaderSourceSlot = "Outbox-Source-Slot"
+	// HeaderSourceOrigin is the slot's creation point (an LSN); absent
+	// while it is not known.
+	HeaderSourceOrigin = "Outbox-Source-Origin"
+
+	// Dead-letter messages carry these as well.
+
+	// HeaderEventID is the event id of a dead letter.
+	HeaderEventID = "Outbox-Event-Id"
+	// HeaderDeadLetterReason says why the event was dead-lettered.
+	HeaderDeadLetterReason = "Outbox-Dead-Letter-Reason"
+	// HeaderOriginalSubject is the subject the event would have had.
+	HeaderOriginalSubject = "Outbox-Original-Subject"
+	// HeaderPayloadOmitted, when present, says why the dead letter lacks
+	// the event's payload.
+	HeaderPayloadOmitted = "Outbox-Payload-Omitted"
+)
+
 // Bounds of an event's own headers: together with the relay's headers
 // they stay far below JetStream's 64 KiB header limit, also when every
 // byte is percent-encoded, so that the event, or at worst its dead letter,

@@ -15,3 +15,13 @@ func CheckID[T string | []byte](id T) string {
 	}
 	return ""
 }
+
+// DeadLetterMsgIDPrefix prefixes the Nats-Msg-Id of dead-letter messages,
+// so that republishing the event later is not taken for a duplicate.
+const DeadLetterMsgIDPrefix = "dead-letter:"
+
+// DeadLetterMsgID is the Nats-Msg-Id of the dead letter of the event
+// whose Nats-Msg-Id is id: DeadLetterMsgIDPrefix followed by id. (The
+// relay passes the event's WAL position instead of an id that CheckID
+// rejects.)
+func DeadLetterMsgID(id string) string { return DeadLetterMsgIDPrefix + id }

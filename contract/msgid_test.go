@@ -20,3 +20,14 @@ func TestCheckID(t *testing.T) {
 		}
 	}
 }
+
+func TestDeadLetterMsgID(t *testing.T) {
+	for id, want := range map[string]string{
+		"0b6f9a1c-3d2e-4f5a-8b7c-9d0e1f2a3b4c": "dead-letter:0b6f9a1c-3d2e-4f5a-8b7c-9d0e1f2a3b4c",
+		"0/10#2":                               "dead-letter:0/10#2",
+	} {
+		if got := DeadLetterMsgID(id); got != want {
+			t.Errorf("DeadLetterMsgID(%q) = %q, want %q", id, got, want)
+		}
+	}
+}

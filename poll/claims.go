@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -119,7 +120,7 @@ func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[str
 	cfg := b.p.cfg.Relay
 	subjects := []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}
 	err := sink.ForEach(ctx, b.stream, subjects, sink.Read{Since: since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		id := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), sink.DeadLetterMsgIDPrefix)
+		id := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), contract.DeadLetterMsgIDPrefix)
 		if want[id] {
 			got[id] = true
 		}

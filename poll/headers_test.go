@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestPollEventHeaders: an event's own headers (the headers column,
@@ -55,7 +55,7 @@ func TestPollEventHeaders(t *testing.T) {
 	byID := map[string]int{}
 	msgs := storedMsgs(t, env)
 	for i, m := range msgs {
-		byID[strings.TrimPrefix(m.Header.Get("Nats-Msg-Id"), sink.DeadLetterMsgIDPrefix)] = i
+		byID[strings.TrimPrefix(m.Header.Get("Nats-Msg-Id"), contract.DeadLetterMsgIDPrefix)] = i
 	}
 	if len(msgs) != 3 {
 		t.Fatalf("stream holds %d messages, want 3", len(msgs))
@@ -70,7 +70,7 @@ func TestPollEventHeaders(t *testing.T) {
 		t.Errorf("event without headers carries %v", m.Header)
 	}
 	dead := msgs[byID[bad]]
-	reason := dead.Header.Get(sink.HeaderDeadLetterReason)
+	reason := dead.Header.Get(contract.HeaderDeadLetterReason)
 	if dead.Subject != env.DeadSubj || !strings.Contains(reason, "reserved") || !strings.Contains(reason, "gave up after 2 attempts") {
 		t.Errorf("row with a forged Nats-Msg-Id header stored on %s with reason %q, want the dead-letter subject, reserved, gave up after 2 attempts", dead.Subject, reason)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -56,17 +56,17 @@ func TestPollPublishesAndMarksProcessed(t *testing.T) {
 		byID[m.Header.Get("Nats-Msg-Id")] = m
 	}
 	first := byID[before[0]]
-	if first == nil || first.Subject != "outbox.order.created" || first.Header.Get(sink.HeaderAggregateID) != "1" ||
-		first.Header.Get(sink.HeaderEventType) != "created" || first.Header.Get(sink.HeaderCreatedAt) == "" {
+	if first == nil || first.Subject != "outbox.order.created" || first.Header.Get(contract.HeaderAggregateID) != "1" ||
+		first.Header.Get(contract.HeaderEventType) != "created" || first.Header.Get(contract.HeaderCreatedAt) == "" {
 		t.Errorf("first event stored as %+v", first)
 	}
 	if m := byID[after[1]]; m == nil || m.Subject != "outbox.order%2Ev2.created" {
 		t.Errorf("event with unsafe subject tokens stored as %+v", m)
 	}
-	if got := first.Header.Get(sink.HeaderSourceSlot); got != "poll:public.outbox_events" {
+	if got := first.Header.Get(contract.HeaderSourceSlot); got != "poll:public.outbox_events" {
 		t.Errorf("Outbox-Source-Slot = %q, want poll:public.outbox_events", got)
 	}
-	if first.Header.Get(sink.HeaderSourceSystem) == "" {
+	if first.Header.Get(contract.HeaderSourceSystem) == "" {
 		t.Error("no Outbox-Source-System header")
 	}
 	var unprocessed, tried int
@@ -192,7 +192,7 @@ func TestPollRetryThenDeadLetter(t *testing.T) {
 	msgs := storedMsgs(t, env)
 	var order []string
 	for _, m := range msgs {
-		id := strings.TrimPrefix(m.Header.Get("Nats-Msg-Id"), sink.DeadLetterMsgIDPrefix)
+		id := strings.TrimPrefix(m.Header.Get("Nats-Msg-Id"), contract.DeadLetterMsgIDPrefix)
 		order = append(order, id)
 		if id == ids[0] && m.Subject != env.DeadSubj {
 			t.Errorf("the rejected row stored on %s, want the dead-letter subject", m.Subject)
@@ -316,6 +316,6 @@ func TestPollLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := storedMsgs(t, env)[0]
-	t.Logf("Outbox-Source-System as %s: %q", role, m.Header.Get(sink.HeaderSourceSystem))
+	t.Logf("Outbox-Source-System as %s: %q", role, m.Header.Get(contract.HeaderSourceSystem))
 	env.CheckWith(relaytest.Expect{Polled: true})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -69,7 +70,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 
 	runUntilCaughtUp(t, env, cfg)
 	counts := map[string]int{}
-	err := verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(sink.HeaderMsgID)]++ })
+	err := verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(contract.HeaderMsgID)]++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +218,8 @@ func TestDeadLetterStoredButNotRecorded(t *testing.T) {
 	src := relaySource(ctx, t, env)
 	ev := orderEvent(ids[0], "created", decode.Position{CommitLSN: commits[0]})
 	msg := sink.EventMsg(ev, cfg.DeadLetterSubject)
-	msg.Header.Set(sink.HeaderMsgID, sink.DeadLetterMsgIDPrefix+ids[0])
-	msg.Header.Set(sink.HeaderDeadLetterReason, "refused by the stream")
+	msg.Header.Set(contract.HeaderMsgID, contract.DeadLetterMsgIDPrefix+ids[0])
+	msg.Header.Set(contract.HeaderDeadLetterReason, "refused by the stream")
 	src.SetHeaders(msg.Header)
 	if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)

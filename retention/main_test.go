@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/retention"
@@ -160,7 +161,7 @@ func streamIDs(t *testing.T, env *relaytest.Env) []string {
 	defer cancel()
 	var ids []string
 	err := verify.Messages(ctx, env.StreamHandle(10*time.Second), nil, func(m *jetstream.RawStreamMsg) {
-		ids = append(ids, m.Header.Get(sink.HeaderMsgID))
+		ids = append(ids, m.Header.Get(contract.HeaderMsgID))
 	})
 	if err != nil {
 		t.Fatal(err)

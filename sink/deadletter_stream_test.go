@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // TestDeadLetterInAnotherStream: the dead-letter subject is stored by a
@@ -60,13 +62,13 @@ func TestDeadLetterInAnotherStream(t *testing.T) {
 	}
 	var dead []string
 	err = ForEach(ctx, dlq, nil, Read{HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		dead = append(dead, m.Header.Get(HeaderMsgID))
+		dead = append(dead, m.Header.Get(contract.HeaderMsgID))
 		return true
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{DeadLetterMsgIDPrefix + event(deadAcked, nil).ID, DeadLetterMsgIDPrefix + event(deadLost, nil).ID}; !slices.Equal(dead, want) {
+	if want := []string{contract.DeadLetterMsgIDPrefix + event(deadAcked, nil).ID, contract.DeadLetterMsgIDPrefix + event(deadLost, nil).ID}; !slices.Equal(dead, want) {
 		t.Errorf("dead-letter stream holds %v, want %v", dead, want)
 	}
 }

@@ -31,9 +31,10 @@
 //     Problem found by the decoder, a message or header block larger than
 //     the stream accepts, a refusal Permanent reports) goes to
 //     Config.DeadLetterSubject instead, with the reason and the original
-//     subject in headers and a Nats-Msg-Id prefixed DeadLetterMsgIDPrefix.
-//     It settles like any other message, so the events after it flow on;
-//     with Config.RecordDeadLetter set it settles only once recorded.
+//     subject in headers and contract.DeadLetterMsgID of the event's id as
+//     its Nats-Msg-Id. It settles like any other message, so the events
+//     after it flow on; with Config.RecordDeadLetter set it settles only
+//     once recorded.
 //
 // Traps:
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
@@ -73,8 +74,8 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 		for m := range batch.Messages() {
 			got = append(got, m)
 		}
-		if len(got) != 1 || got[0].Subject() != "outbox.order.order.created" || got[0].Headers().Get(HeaderMsgID) != created.ID ||
-			got[0].Headers().Get(HeaderEventType) != "order.created" {
+		if len(got) != 1 || got[0].Subject() != "outbox.order.order.created" || got[0].Headers().Get(contract.HeaderMsgID) != created.ID ||
+			got[0].Headers().Get(contract.HeaderEventType) != "order.created" {
 			t.Errorf("consumer filtering %s got %d messages, want the order.created event once", name, len(got))
 		}
 	}

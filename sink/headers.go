@@ -12,36 +12,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
-// Header names on every message the relay publishes. Other tools rely on
-// them; keep them stable.
-const (
-	HeaderMsgID          = "Nats-Msg-Id"
-	HeaderAggregateType  = "Outbox-Aggregate-Type"
-	HeaderAggregateID    = "Outbox-Aggregate-Id"
-	HeaderEventType      = "Outbox-Event-Type"
-	HeaderCreatedAt      = "Outbox-Created-At"
-	HeaderCommitLSN      = "Outbox-Commit-Lsn"
-	HeaderTxnIndex       = "Outbox-Txn-Index"
-	HeaderPercentEncoded = "Outbox-Percent-Encoded"
-
-	// The source of every message: which WAL, and which slot's reading of
-	// it, the event was decoded from (see Source).
-	HeaderSourceSystem   = "Outbox-Source-System"
-	HeaderSourceTimeline = "Outbox-Source-Timeline"
-	HeaderSourceSlot     = "Outbox-Source-Slot"
-	HeaderSourceOrigin   = "Outbox-Source-Origin"
-
-	// Dead-letter messages carry these as well.
-	HeaderEventID          = "Outbox-Event-Id"
-	HeaderDeadLetterReason = "Outbox-Dead-Letter-Reason"
-	HeaderOriginalSubject  = "Outbox-Original-Subject"
-	HeaderPayloadOmitted   = "Outbox-Payload-Omitted"
-)
-
-// DeadLetterMsgIDPrefix prefixes the Nats-Msg-Id of dead-letter messages,
-// so that republishing the event later is not taken for a duplicate.
-const DeadLetterMsgIDPrefix = "dead-letter:"
-
 // maxHeaderBytes is JetStream's limit on the header block of a message.
 const maxHeaderBytes = 64 * 1024
 
@@ -108,13 +78,13 @@ func (s Source) IsZero() bool { return s.System == "" }
 // tools and tests that publish outside a Publisher).
 func (s Source) SetHeaders(h nats.Header) {
 	v := formatSource(s)
-	h.Set(HeaderSourceSystem, v.system)
-	h.Set(HeaderSourceTimeline, v.timeline)
-	h.Set(HeaderSourceSlot, v.slot)
+	h.Set(contract.HeaderSourceSystem, v.system)
+	h.Set(contract.HeaderSourceTimeline, v.timeline)
+	h.Set(contract.HeaderSourceSlot, v.slot)
 	if v.origin != "" {
-		h.Set(HeaderSourceOrigin, v.origin)
+		h.Set(contract.HeaderSourceOrigin, v.origin)
 	} else {
-		h.Del(HeaderSourceOrigin)
+		h.Del(contract.HeaderSourceOrigin)
 	}
 }
 
@@ -206,13 +176,13 @@ func (w *wireMsg) stampSource() {
 		return
 	}
 	w.stamped = h
-	w.set(HeaderSourceSystem, h.system)
-	w.set(HeaderSourceTimeline, h.timeline)
-	w.set(HeaderSourceSlot, h.slot)
+	w.set(contract.HeaderSourceSystem, h.system)
+	w.set(contract.HeaderSourceTimeline, h.timeline)
+	w.set(contract.HeaderSourceSlot, h.slot)
 	if h.origin == "" {
-		delete(w.msg.Header, HeaderSourceOrigin)
+		delete(w.msg.Header, contract.HeaderSourceOrigin)
 	} else {
-		w.set(HeaderSourceOrigin, h.origin)
+		w.set(contract.HeaderSourceOrigin, h.origin)
 	}
 }
 
@@ -239,7 +209,7 @@ func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
 // that routes its PubAck back.
 func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.reset(subject, reply, ev.Payload)
-	w.set(HeaderMsgID, ev.ID)
+	w.set(contract.HeaderMsgID, ev.ID)
 	w.fillCommon(ev, nil)
 }
 
@@ -247,22 +217,22 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 // along when it fits in maxSize together with the headers.
 func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, reason string, maxSize int) {
 	w.reset(subject, reply, nil)
-	w.set(HeaderMsgID, deadLetterMsgID(ev))
-	w.set(HeaderDeadLetterReason, truncateValue(reason))
-	w.set(HeaderOriginalSubject, original)
-	encoded := w.setEncoded(HeaderEventID, truncateValue(ev.ID), nil)
+	w.set(contract.HeaderMsgID, deadLetterMsgID(ev))
+	w.set(contract.HeaderDeadLetterReason, truncateValue(reason))
+	w.set(contract.HeaderOriginalSubject, original)
+	encoded := w.setEncoded(contract.HeaderEventID, truncateValue(ev.ID), nil)
 	w.fillCommon(ev, encoded)
 	if size := headerSize(w.msg.Header) + len(ev.Payload); size <= maxSize {
 		w.msg.Data = ev.Payload
 	} else {
-		w.set(HeaderPayloadOmitted, "payload of "+strconv.Itoa(len(ev.Payload))+" bytes is over the limit")
+		w.set(contract.HeaderPayloadOmitted, "payload of "+strconv.Itoa(len(ev.Payload))+" bytes is over the limit")
 	}
 }
 
 // optionalHeaders are set for some messages only; reset removes them. The
 // others are overwritten in place, so their slices are reused.
-var optionalHeaders = []string{HeaderCreatedAt, HeaderPercentEncoded, HeaderEventID, HeaderDeadLetterReason,
-	HeaderOriginalSubject, HeaderPayloadOmitted}
+var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
+	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted}
 
 func (w *wireMsg) reset(subject, reply string, data []byte) {
 	for _, k := range optionalHeaders {
@@ -277,18 +247,18 @@ func (w *wireMsg) reset(subject, reply string, data []byte) {
 }
 
 func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
-	encoded = w.setEncoded(HeaderAggregateType, ev.AggregateType, encoded)
-	encoded = w.setEncoded(HeaderAggregateID, ev.AggregateID, encoded)
-	encoded = w.setEncoded(HeaderEventType, ev.EventType, encoded)
+	encoded = w.setEncoded(contract.HeaderAggregateType, ev.AggregateType, encoded)
+	encoded = w.setEncoded(contract.HeaderAggregateID, ev.AggregateID, encoded)
+	encoded = w.setEncoded(contract.HeaderEventType, ev.EventType, encoded)
 	if ev.CreatedAt != "" {
-		w.set(HeaderCreatedAt, ev.CreatedAt)
+		w.set(contract.HeaderCreatedAt, ev.CreatedAt)
 	}
 	if ev.Position.CommitLSN != w.lsnKey || w.lsnText == "" {
 		// Every event of a transaction shares its commit LSN: format it once.
 		w.lsnKey, w.lsnText = ev.Position.CommitLSN, formatLSN(ev.Position.CommitLSN)
 	}
-	w.set(HeaderCommitLSN, w.lsnText)
-	w.set(HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
+	w.set(contract.HeaderCommitLSN, w.lsnText)
+	w.set(contract.HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
 	// The event's own headers (decode.ParseHeaders keeps them out of the
 	// Nats- and Outbox- namespaces, so they never replace one above).
 	for _, h := range ev.Headers {
@@ -296,7 +266,7 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 		w.own = append(w.own, h.Name)
 	}
 	if len(encoded) > 0 {
-		w.set(HeaderPercentEncoded, strings.Join(encoded, ","))
+		w.set(contract.HeaderPercentEncoded, strings.Join(encoded, ","))
 	}
 }
 
@@ -304,9 +274,9 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 // be a message id is replaced by the event's WAL position.
 func deadLetterMsgID(ev *decode.Event) string {
 	if contract.CheckID(ev.ID) != "" {
-		return DeadLetterMsgIDPrefix + ev.Position.String()
+		return contract.DeadLetterMsgID(ev.Position.String())
 	}
-	return DeadLetterMsgIDPrefix + ev.ID
+	return contract.DeadLetterMsgID(ev.ID)
 }
 
 // truncateValue keeps dead-letter diagnostics small enough for a header.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -38,7 +39,7 @@ func (c crafted) msg() *nats.Msg {
 	m := EventMsg(ev, "outbox.order.created")
 	if c.dead {
 		m.Subject = testDeadLetter
-		m.Header.Set(HeaderMsgID, DeadLetterMsgIDPrefix+c.id)
+		m.Header.Set(contract.HeaderMsgID, contract.DeadLetterMsgIDPrefix+c.id)
 	}
 	if !c.src.IsZero() {
 		c.src.SetHeaders(m.Header)

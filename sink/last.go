@@ -148,8 +148,8 @@ func lastBefore(ctx context.Context, stream jetstream.Stream, subject string, en
 // when the message does not carry them, or carries a source that cannot
 // be read.
 func ParseStored(msg *jetstream.RawStreamMsg) (StoredEvent, bool) {
-	lsnText := msg.Header.Get(HeaderCommitLSN)
-	idx := msg.Header.Get(HeaderTxnIndex)
+	lsnText := msg.Header.Get(contract.HeaderCommitLSN)
+	idx := msg.Header.Get(contract.HeaderTxnIndex)
 	if lsnText == "" || idx == "" {
 		return StoredEvent{}, false
 	}
@@ -169,13 +169,13 @@ func ParseStored(msg *jetstream.RawStreamMsg) (StoredEvent, bool) {
 		Seq:      msg.Sequence,
 		Time:     msg.Time,
 		Subject:  msg.Subject,
-		ID:       msg.Header.Get(HeaderMsgID),
+		ID:       msg.Header.Get(contract.HeaderMsgID),
 		Position: decode.Position{CommitLSN: lsn, Index: uint32(i)},
 		Source:   src,
 	}
-	if rest, ok := strings.CutPrefix(ev.ID, DeadLetterMsgIDPrefix); ok {
+	if rest, ok := strings.CutPrefix(ev.ID, contract.DeadLetterMsgIDPrefix); ok {
 		ev.ID, ev.DeadLetter = rest, true
-		ev.Reason = msg.Header.Get(HeaderDeadLetterReason)
+		ev.Reason = msg.Header.Get(contract.HeaderDeadLetterReason)
 	}
 	return ev, true
 }
@@ -183,17 +183,17 @@ func ParseStored(msg *jetstream.RawStreamMsg) (StoredEvent, bool) {
 // parseSource reads the Outbox-Source-* headers: a zero Source when there
 // are none, ok false when they are there but cannot be read.
 func parseSource(msg *jetstream.RawStreamMsg) (src Source, ok bool) {
-	src.System = msg.Header.Get(HeaderSourceSystem)
+	src.System = msg.Header.Get(contract.HeaderSourceSystem)
 	if src.System == "" {
 		return Source{}, true
 	}
-	tl, err := strconv.ParseUint(msg.Header.Get(HeaderSourceTimeline), 10, 32)
+	tl, err := strconv.ParseUint(msg.Header.Get(contract.HeaderSourceTimeline), 10, 32)
 	if err != nil {
 		return Source{}, false
 	}
 	src.Timeline = uint32(tl)
-	src.Slot = msg.Header.Get(HeaderSourceSlot)
-	if origin := msg.Header.Get(HeaderSourceOrigin); origin != "" {
+	src.Slot = msg.Header.Get(contract.HeaderSourceSlot)
+	if origin := msg.Header.Get(contract.HeaderSourceOrigin); origin != "" {
 		if src.Origin, err = pglogrepl.ParseLSN(origin); err != nil {
 			return Source{}, false
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -255,7 +256,7 @@ func TestDeadLetterWhileNextFlow(t *testing.T) {
 			for _, m := range e.contents(t) {
 				if m.subject == testDeadLetter {
 					dead = append(dead, m.id)
-					if r := m.header.Get(HeaderDeadLetterReason); !strings.Contains(r, c.reason) {
+					if r := m.header.Get(contract.HeaderDeadLetterReason); !strings.Contains(r, c.reason) {
 						t.Errorf("dead letter's reason header %q, want it to contain %q", r, c.reason)
 					}
 					continue
@@ -266,7 +267,7 @@ func TestDeadLetterWhileNextFlow(t *testing.T) {
 			if !slices.Equal(events, want) {
 				t.Errorf("events stored %v, want %v", events, want)
 			}
-			if wantDead := []string{DeadLetterMsgIDPrefix + c.ev.ID}; !slices.Equal(dead, wantDead) {
+			if wantDead := []string{contract.DeadLetterMsgIDPrefix + c.ev.ID}; !slices.Equal(dead, wantDead) {
 				t.Errorf("dead letters stored %v, want %v", dead, wantDead)
 			}
 		})

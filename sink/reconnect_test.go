@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -77,7 +78,7 @@ func TestOrderAcrossReconnect(t *testing.T) {
 		t.Fatalf("AckedThrough = %d, want 30", got)
 	}
 	got := ids(e.contents(t))
-	want := slices.Concat([]string{DeadLetterMsgIDPrefix + event(1, nil).ID}, wantIDs(2, 30))
+	want := slices.Concat([]string{contract.DeadLetterMsgIDPrefix + event(1, nil).ID}, wantIDs(2, 30))
 	if !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v\nwant %v\nfirst difference at %s", got, want, firstDiff(got, want))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
@@ -428,7 +429,7 @@ func (p *Publisher) findStored(ctx context.Context, stream jetstream.Stream, nam
 		if seq > last {
 			break
 		}
-		id := m.Header.Get(HeaderMsgID)
+		id := m.Header.Get(contract.HeaderMsgID)
 		slotSeq, ok := want[id]
 		if !ok {
 			continue

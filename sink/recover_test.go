@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -136,7 +137,7 @@ func TestDeadLetterRecordedDuringOutage(t *testing.T) {
 
 	setMaxMsgs(-1)
 	drain(t, p, 20*time.Second)
-	want := slices.Concat(wantIDs(1, full), []string{DeadLetterMsgIDPrefix + event(dead, nil).ID}, wantIDs(last, last))
+	want := slices.Concat(wantIDs(1, full), []string{contract.DeadLetterMsgIDPrefix + event(dead, nil).ID}, wantIDs(last, last))
 	if got := ids(e.contents(t)); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v, want %v", got, want)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // countingStream opens the test stream on a connection of its own, whose
@@ -50,7 +52,7 @@ func fill(t *testing.T, e *testEnv, n int, msg func(i int) *nats.Msg) {
 func fillRows(t *testing.T, e *testEnv, n int, c crafted) {
 	t.Helper()
 	m := c.msg()
-	id := m.Header[HeaderMsgID]
+	id := m.Header[contract.HeaderMsgID]
 	before := e.lastSeq(t)
 	for i := 0; i < n; i++ {
 		id[0] = fmt.Sprintf("%s-%06d", c.id, i)

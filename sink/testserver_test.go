@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 )
@@ -255,7 +256,7 @@ func (e *testEnv) contents(t *testing.T) []storedMsg {
 	defer cancel()
 	var msgs []storedMsg
 	err := ForEach(ctx, e.stream, nil, Read{HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		msgs = append(msgs, storedMsg{seq: m.Sequence, subject: m.Subject, id: m.Header.Get(HeaderMsgID), header: m.Header})
+		msgs = append(msgs, storedMsg{seq: m.Sequence, subject: m.Subject, id: m.Header.Get(contract.HeaderMsgID), header: m.Header})
 		return true
 	})
 	if err != nil {

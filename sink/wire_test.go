@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -66,9 +67,9 @@ func TestWireMessage(t *testing.T) {
 	w.fillEvent(ev, "outbox.order.x", "_INBOX.r.1.1")
 	h := w.msg.Header
 	want := map[string]string{
-		HeaderMsgID: "id-1", HeaderAggregateType: "order", HeaderAggregateID: "%2042", HeaderEventType: "a%0D%0ANats-Msg-Id:%20x",
-		HeaderCreatedAt: "2026-12-02T11:36:09.5Z", HeaderCommitLSN: "16/B374D848", HeaderTxnIndex: "3",
-		HeaderPercentEncoded: "Outbox-Aggregate-Id,Outbox-Event-Type",
+		contract.HeaderMsgID: "id-1", contract.HeaderAggregateType: "order", contract.HeaderAggregateID: "%2042", contract.HeaderEventType: "a%0D%0ANats-Msg-Id:%20x",
+		contract.HeaderCreatedAt: "2026-12-02T11:36:09.5Z", contract.HeaderCommitLSN: "16/B374D848", contract.HeaderTxnIndex: "3",
+		contract.HeaderPercentEncoded: "Outbox-Aggregate-Id,Outbox-Event-Type",
 	}
 	for k, v := range want {
 		if got := h.Get(k); got != v {
@@ -77,7 +78,7 @@ func TestWireMessage(t *testing.T) {
 	}
 	// The message is reused: the next event leaves nothing of this one.
 	w.fillEvent(&decode.Event{ID: "id-2", Payload: []byte(`{}`)}, "s", "r")
-	if h := w.msg.Header; h.Get(HeaderPercentEncoded) != "" || h.Get(HeaderCreatedAt) != "" || h.Get(HeaderMsgID) != "id-2" {
+	if h := w.msg.Header; h.Get(contract.HeaderPercentEncoded) != "" || h.Get(contract.HeaderCreatedAt) != "" || h.Get(contract.HeaderMsgID) != "id-2" {
 		t.Errorf("reused message kept old headers: %v", h)
 	}
 	if headerSize(w.msg.Header) <= 12 {
@@ -90,14 +91,14 @@ func TestDeadLetterMessage(t *testing.T) {
 	big := &decode.Event{ID: "id-9", AggregateType: "a", AggregateID: "b", EventType: "c", Payload: make([]byte, 2000)}
 	w.fillDeadLetter(big, "dlq", "r", "outbox.a.c", "too large", 1000)
 	h := w.msg.Header
-	if h.Get(HeaderMsgID) != DeadLetterMsgIDPrefix+"id-9" || h.Get(HeaderDeadLetterReason) != "too large" || h.Get(HeaderOriginalSubject) != "outbox.a.c" {
+	if h.Get(contract.HeaderMsgID) != contract.DeadLetterMsgIDPrefix+"id-9" || h.Get(contract.HeaderDeadLetterReason) != "too large" || h.Get(contract.HeaderOriginalSubject) != "outbox.a.c" {
 		t.Errorf("headers %v", h)
 	}
-	if len(w.msg.Data) != 0 || h.Get(HeaderPayloadOmitted) == "" {
+	if len(w.msg.Data) != 0 || h.Get(contract.HeaderPayloadOmitted) == "" {
 		t.Error("a payload over the limit went into the dead letter")
 	}
 	w.fillDeadLetter(&decode.Event{Problem: "id is NULL", Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x10, Index: 2}}, "dlq", "r", "s", "id is NULL", 1000)
-	if got := w.msg.Header.Get(HeaderMsgID); got != DeadLetterMsgIDPrefix+"0/10#2" || string(w.msg.Data) != `{}` {
+	if got := w.msg.Header.Get(contract.HeaderMsgID); got != contract.DeadLetterMsgIDPrefix+"0/10#2" || string(w.msg.Data) != `{}` {
 		t.Errorf("dead letter without id: Nats-Msg-Id %q, data %q", got, w.msg.Data)
 	}
 }
@@ -112,17 +113,17 @@ func TestWireSource(t *testing.T) {
 		Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x16B374D848, Index: 3}}
 	w.fillEvent(ev, "outbox.order.created", "r")
 	h := w.msg.Header
-	for k, v := range map[string]string{HeaderSourceSystem: "7301234567890123456", HeaderSourceTimeline: "1", HeaderSourceSlot: "outbox_relay"} {
+	for k, v := range map[string]string{contract.HeaderSourceSystem: "7301234567890123456", contract.HeaderSourceTimeline: "1", contract.HeaderSourceSlot: "outbox_relay"} {
 		if got := h.Get(k); got != v {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
 	}
-	if _, ok := h[HeaderSourceOrigin]; ok {
+	if _, ok := h[contract.HeaderSourceOrigin]; ok {
 		t.Errorf("origin stamped before it is known: %v", h)
 	}
 	stamp.Set(Source{System: "7301234567890123456", Timeline: 2, Slot: "outbox_relay", Origin: 0x1A2B3C4})
 	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "too large", 1000)
-	if h := w.msg.Header; h.Get(HeaderSourceOrigin) != "0/1A2B3C4" || h.Get(HeaderSourceTimeline) != "2" {
+	if h := w.msg.Header; h.Get(contract.HeaderSourceOrigin) != "0/1A2B3C4" || h.Get(contract.HeaderSourceTimeline) != "2" {
 		t.Errorf("dead letter after Set: %v", h)
 	}
 	got, ok := ParseStored(&jetstream.RawStreamMsg{Header: w.msg.Header})
@@ -132,7 +133,7 @@ func TestWireSource(t *testing.T) {
 	// Source.SetHeaders writes what the wire writes.
 	hh := nats.Header{}
 	stamp.Source().SetHeaders(hh)
-	for _, k := range []string{HeaderSourceSystem, HeaderSourceTimeline, HeaderSourceSlot, HeaderSourceOrigin} {
+	for _, k := range []string{contract.HeaderSourceSystem, contract.HeaderSourceTimeline, contract.HeaderSourceSlot, contract.HeaderSourceOrigin} {
 		if hh.Get(k) != w.msg.Header.Get(k) {
 			t.Errorf("SetHeaders %s = %q, wire %q", k, hh.Get(k), w.msg.Header.Get(k))
 		}
@@ -144,13 +145,13 @@ func TestWireSource(t *testing.T) {
 
 func TestParseStoredSource(t *testing.T) {
 	base := func() nats.Header {
-		return nats.Header{HeaderMsgID: {"a"}, HeaderCommitLSN: {"0/10"}, HeaderTxnIndex: {"0"}}
+		return nats.Header{contract.HeaderMsgID: {"a"}, contract.HeaderCommitLSN: {"0/10"}, contract.HeaderTxnIndex: {"0"}}
 	}
 	h := base()
 	if ev, ok := ParseStored(&jetstream.RawStreamMsg{Header: h}); !ok || !ev.Source.IsZero() {
 		t.Errorf("a message of an older relay: %+v %v", ev, ok)
 	}
-	for _, bad := range []struct{ key, value string }{{HeaderSourceTimeline, "x"}, {HeaderSourceTimeline, ""}, {HeaderSourceOrigin, "nope"}} {
+	for _, bad := range []struct{ key, value string }{{contract.HeaderSourceTimeline, "x"}, {contract.HeaderSourceTimeline, ""}, {contract.HeaderSourceOrigin, "nope"}} {
 		h := base()
 		Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}.SetHeaders(h)
 		h.Set(bad.key, bad.value)
@@ -192,11 +193,11 @@ func TestWireOwnHeaders(t *testing.T) {
 	w.fillEvent(ev, "outbox.order.created", "r")
 	before := headerSize(w.msg.Header)
 	h := w.msg.Header
-	if h.Get("traceparent") != "00-abc-01" || h.Get("X-Note") != "%20padded" || h.Get(HeaderPercentEncoded) != "X-Note" {
+	if h.Get("traceparent") != "00-abc-01" || h.Get("X-Note") != "%20padded" || h.Get(contract.HeaderPercentEncoded) != "X-Note" {
 		t.Errorf("headers %v", h)
 	}
 	w.fillEvent(&decode.Event{ID: "id-2", AggregateType: "order", AggregateID: "1", EventType: "created", Payload: []byte(`{}`)}, "s", "r")
-	if h := w.msg.Header; h.Get("traceparent") != "" || h.Get("X-Note") != "" || h.Get(HeaderPercentEncoded) != "" {
+	if h := w.msg.Header; h.Get("traceparent") != "" || h.Get("X-Note") != "" || h.Get(contract.HeaderPercentEncoded) != "" {
 		t.Errorf("the next message kept the event's own headers: %v", h)
 	}
 	if after := headerSize(w.msg.Header); after >= before {

@@ -158,17 +158,17 @@ func (c *comparison) add(m *jetstream.RawStreamMsg) {
 	if ok && !sink.OwnedBy(ev, c.opts.Source) {
 		return // another relay's message, in a shared stream
 	}
-	switch in, known := inRange(m.Header.Get(sink.HeaderCreatedAt), c.opts); {
+	switch in, known := inRange(m.Header.Get(contract.HeaderCreatedAt), c.opts); {
 	case known && !in:
 		return // outside the compared range
 	case !known && !c.storedInRange(m):
 		return // unreadable, and stored well outside the range
 	case !ok:
-		c.unparsed(m, "no readable relay headers ("+sink.HeaderCommitLSN+", "+sink.HeaderTxnIndex+")")
+		c.unparsed(m, "no readable relay headers ("+contract.HeaderCommitLSN+", "+contract.HeaderTxnIndex+")")
 	case ev.ID == "":
-		c.unparsed(m, "no "+sink.HeaderMsgID+" header")
+		c.unparsed(m, "no "+contract.HeaderMsgID+" header")
 	case !known:
-		c.unparsed(m, "the "+sink.HeaderCreatedAt+" header is missing or not RFC 3339, so it cannot be placed in the range compared")
+		c.unparsed(m, "the "+contract.HeaderCreatedAt+" header is missing or not RFC 3339, so it cannot be placed in the range compared")
 	default:
 		c.count(ev, m)
 	}
@@ -206,7 +206,7 @@ func (c *comparison) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg) {
 		// which consumers of the event subjects never see.
 		return
 	}
-	agg := m.Header.Get(sink.HeaderAggregateType) + "/" + m.Header.Get(sink.HeaderAggregateID)
+	agg := m.Header.Get(contract.HeaderAggregateType) + "/" + m.Header.Get(contract.HeaderAggregateID)
 	if prev, ok := c.last[agg]; ok && ev.Position.Less(prev.pos) {
 		r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -27,7 +28,7 @@ func stored(id, agg string, lsn pglogrepl.LSN, idx uint32) *jetstream.RawStreamM
 
 // deadLetter is the dead-letter message of an event.
 func deadLetter(id, agg string, lsn pglogrepl.LSN) *jetstream.RawStreamMsg {
-	m := stored(sink.DeadLetterMsgIDPrefix+id, agg, lsn, 0)
+	m := stored(contract.DeadLetterMsgIDPrefix+id, agg, lsn, 0)
 	m.Subject = "outbox-dlq"
 	return m
 }
@@ -144,7 +145,7 @@ func TestComparison(t *testing.T) {
 		{
 			name:     "commit LSN that does not parse",
 			rows:     []string{"a"},
-			msgs:     []*jetstream.RawStreamMsg{with(stored("a", "1", 0x10, 0), sink.HeaderCommitLSN, "not-an-lsn")},
+			msgs:     []*jetstream.RawStreamMsg{with(stored("a", "1", 0x10, 0), contract.HeaderCommitLSN, "not-an-lsn")},
 			messages: 1,
 			missing:  []string{"a"},
 			unparsed: []uint64{1},
@@ -152,7 +153,7 @@ func TestComparison(t *testing.T) {
 		{
 			name:     "transaction index that does not parse",
 			rows:     []string{"a"},
-			msgs:     []*jetstream.RawStreamMsg{with(stored("a", "1", 0x10, 0), sink.HeaderTxnIndex, "-1")},
+			msgs:     []*jetstream.RawStreamMsg{with(stored("a", "1", 0x10, 0), contract.HeaderTxnIndex, "-1")},
 			messages: 1,
 			missing:  []string{"a"},
 			unparsed: []uint64{1},
@@ -160,7 +161,7 @@ func TestComparison(t *testing.T) {
 		{
 			name:     "no message id",
 			rows:     []string{"a"},
-			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("b", "1", 0x20, 0), sink.HeaderMsgID, "")},
+			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("b", "1", 0x20, 0), contract.HeaderMsgID, "")},
 			messages: 2,
 			unparsed: []uint64{2},
 		},
@@ -168,14 +169,14 @@ func TestComparison(t *testing.T) {
 			name:     "outside the range: not compared",
 			rows:     []string{"a"},
 			opts:     Options{Since: may1, Until: may1.Add(24 * time.Hour)},
-			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("old", "1", 0x08, 0), sink.HeaderCreatedAt, "2024-04-30T23:59:59Z")},
+			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("old", "1", 0x08, 0), contract.HeaderCreatedAt, "2024-04-30T23:59:59Z")},
 			messages: 1,
 		},
 		{
 			name:     "created at that does not parse, with a range",
 			rows:     []string{"a"},
 			opts:     Options{Since: may1},
-			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("b", "1", 0x20, 0), sink.HeaderCreatedAt, "yesterday")},
+			msgs:     []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), with(stored("b", "1", 0x20, 0), contract.HeaderCreatedAt, "yesterday")},
 			messages: 2,
 			unparsed: []uint64{2},
 		},

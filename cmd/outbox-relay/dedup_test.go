@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestNoDuplicatesAfterLongDowntime: the relay is killed right after
@@ -38,7 +38,7 @@ func TestNoDuplicatesAfterLongDowntime(t *testing.T) {
 		killed = time.Now()
 		// The precondition: the slot still has the last transaction to replay.
 		last := storedByID(t, env)[ids[len(ids)-1]]
-		lsn, _ := pglogrepl.ParseLSN(last.Header.Get(sink.HeaderCommitLSN))
+		lsn, _ := pglogrepl.ParseLSN(last.Header.Get(contract.HeaderCommitLSN))
 		if env.SlotInfo().ConfirmedFlush <= lsn {
 			break
 		}

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/consumer"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // devConsumer is the durable consumer dev's billing runs as.
@@ -153,7 +153,7 @@ func (l *devLoop) write(ctx context.Context, n int) error {
 }
 
 func (l *devLoop) relay(m jetstream.Msg) {
-	id := m.Headers().Get(sink.HeaderMsgID)
+	id := m.Headers().Get(contract.HeaderMsgID)
 	latency := "?"
 	if started, ok := l.written[id]; ok {
 		if meta, err := m.Metadata(); err == nil {
@@ -164,7 +164,7 @@ func (l *devLoop) relay(m jetstream.Msg) {
 		l.pending = append(l.pending, id)
 	}
 	l.relayed++
-	fmt.Printf("relayed   event %s  subject %s  lsn %s  write→stream %s\n", id, m.Subject(), m.Headers().Get(sink.HeaderCommitLSN), latency)
+	fmt.Printf("relayed   event %s  subject %s  lsn %s  write→stream %s\n", id, m.Subject(), m.Headers().Get(contract.HeaderCommitLSN), latency)
 }
 
 // poll prints the relayed events the billing consumer has invoiced.

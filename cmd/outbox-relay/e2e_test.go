@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestEndToEnd: rows already in the table at the first start, one-row
@@ -100,18 +100,18 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("body = %q, want the row's payload %q", m.Data, payload)
 	}
 	want := map[string]string{
-		sink.HeaderMsgID: single, sink.HeaderAggregateType: "order", sink.HeaderAggregateID: "42",
-		sink.HeaderEventType: "order.created", sink.HeaderTxnIndex: "0",
+		contract.HeaderMsgID: single, contract.HeaderAggregateType: "order", contract.HeaderAggregateID: "42",
+		contract.HeaderEventType: "order.created", contract.HeaderTxnIndex: "0",
 	}
 	for k, v := range want {
 		if got := m.Header.Get(k); got != v {
 			t.Errorf("header %s = %q, want %q", k, got, v)
 		}
 	}
-	if got := m.Header.Get(sink.HeaderCreatedAt); !strings.HasPrefix(got, strings.TrimRight(strings.TrimSuffix(created, "Z"), "0")) || !strings.HasSuffix(got, "Z") {
+	if got := m.Header.Get(contract.HeaderCreatedAt); !strings.HasPrefix(got, strings.TrimRight(strings.TrimSuffix(created, "Z"), "0")) || !strings.HasSuffix(got, "Z") {
 		t.Errorf("Outbox-Created-At = %q, want %s in RFC 3339 UTC", got, created)
 	}
-	if lsn := m.Header.Get(sink.HeaderCommitLSN); !strings.Contains(lsn, "/") {
+	if lsn := m.Header.Get(contract.HeaderCommitLSN); !strings.Contains(lsn, "/") {
 		t.Errorf("Outbox-Commit-Lsn = %q", lsn)
 	}
 
@@ -137,7 +137,7 @@ func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStrea
 	t.Helper()
 	out := map[string]*jetstream.RawStreamMsg{}
 	for _, m := range streamInOrder(t, env) {
-		out[strings.TrimPrefix(m.Header.Get(sink.HeaderMsgID), sink.DeadLetterMsgIDPrefix)] = m
+		out[strings.TrimPrefix(m.Header.Get(contract.HeaderMsgID), contract.DeadLetterMsgIDPrefix)] = m
 	}
 	return out
 }
@@ -182,7 +182,7 @@ func TestCheckCatchesDamage(t *testing.T) {
 		for k, v := range from.Header {
 			m.Header[k] = v
 		}
-		m.Header.Set(sink.HeaderMsgID, id)
+		m.Header.Set(contract.HeaderMsgID, id)
 		for k, v := range header {
 			if v == "" {
 				m.Header.Del(k)
@@ -213,7 +213,7 @@ func TestCheckCatchesDamage(t *testing.T) {
 		{"a load that did not run", func() {}, relaytest.Expect{Workload: w, MinTx: len(committed) + 1}, "the load did not run"},
 		{"an event stored twice", func() { publish(committed[0], oldest, nil) }, expect, "duplicates 1"},
 		{"an event that is no row, out of commit order", func() { publish(uuid(t), oldest, nil) }, expect, "commit order broken across the stream"},
-		{"a message without the relay's headers", func() { publish(uuid(t), newest, map[string]string{sink.HeaderCommitLSN: ""}) }, expect, "unparsed 1"},
+		{"a message without the relay's headers", func() { publish(uuid(t), newest, map[string]string{contract.HeaderCommitLSN: ""}) }, expect, "unparsed 1"},
 		{"a rolled-back event", func() { publish(w.Aborted()[0], newest, nil) }, expect, "the workload rolled back are in the stream"},
 		{"a committed event gone", func() {
 			if err := env.StreamHandle(time.Second).DeleteMsg(ctx, stored[committed[len(committed)-1]].Sequence); err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -274,8 +274,8 @@ func requireTimelines(t *testing.T, env *relaytest.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(sink.HeaderSourceSystem) }
-	tl := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(sink.HeaderSourceTimeline) }
+	sys := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(contract.HeaderSourceSystem) }
+	tl := func(m *jetstream.RawStreamMsg) string { return m.Header.Get(contract.HeaderSourceTimeline) }
 	t.Logf("first message: system %s timeline %s; last: system %s timeline %s", sys(first), tl(first), sys(last), tl(last))
 	if sys(first) == "" || sys(first) != sys(last) {
 		t.Errorf("the messages name systems %q and %q: want the same one across the promotion", sys(first), sys(last))

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // The fault suite: each case runs real faults against real processes under
@@ -317,7 +317,7 @@ func TestFaultNATSStopped(t *testing.T) {
 	// The first event written during the outage committed at this LSN:
 	// confirming beyond it while it was unacknowledged would have told
 	// Postgres it could be skipped.
-	commit, err := pglogrepl.ParseLSN(storedByID(t, env)[first].Header.Get(sink.HeaderCommitLSN))
+	commit, err := pglogrepl.ParseLSN(storedByID(t, env)[first].Header.Get(contract.HeaderCommitLSN))
 	if err != nil {
 		t.Fatal(err)
 	}

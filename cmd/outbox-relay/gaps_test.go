@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // stopRelay stops a relay cleanly (SIGTERM, exit 0).
@@ -288,10 +288,10 @@ func requireSameSource(t *testing.T, want, got *rawMsg) {
 	if want == nil || got == nil {
 		t.Fatalf("messages to compare: %v, %v", want, got)
 	}
-	if want.Header.Get(sink.HeaderSourceSystem) == "" {
+	if want.Header.Get(contract.HeaderSourceSystem) == "" {
 		t.Fatalf("the relay's message has no source: %v", want.Header)
 	}
-	for _, h := range []string{sink.HeaderSourceSystem, sink.HeaderSourceTimeline, sink.HeaderSourceSlot, sink.HeaderSourceOrigin} {
+	for _, h := range []string{contract.HeaderSourceSystem, contract.HeaderSourceTimeline, contract.HeaderSourceSlot, contract.HeaderSourceOrigin} {
 		if got.Header.Get(h) != want.Header.Get(h) {
 			t.Errorf("%s: %q, the relay's messages have %q", h, got.Header.Get(h), want.Header.Get(h))
 		}

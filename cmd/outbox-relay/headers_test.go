@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestEventHeaders: an event's own headers (the headers column, written by
@@ -64,7 +64,7 @@ func TestEventHeaders(t *testing.T) {
 		t.Errorf("event without headers carries %v", m.Header)
 	}
 	dead := stored[bad]
-	if dead == nil || dead.Subject != env.DeadSubj || !strings.Contains(dead.Header.Get(sink.HeaderDeadLetterReason), "reserved") {
+	if dead == nil || dead.Subject != env.DeadSubj || !strings.Contains(dead.Header.Get(contract.HeaderDeadLetterReason), "reserved") {
 		t.Fatalf("row with a forged Nats-Msg-Id header: %+v", dead)
 	}
 	env.CheckWith(relaytest.Expect{})

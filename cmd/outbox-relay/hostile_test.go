@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestHostileValues: values from rows never change a subject's shape:
@@ -50,15 +50,15 @@ func TestHostileValues(t *testing.T) {
 		if len(parts) != 3 || parts[0] != "outbox" || !token.MatchString(parts[1]) || !token.MatchString(parts[2]) || len(m.Subject) > 200 {
 			t.Errorf("value %q: subject %q is not outbox.<token>.<token>", v, m.Subject)
 		}
-		got := m.Header.Get(sink.HeaderEventType)
-		if strings.Contains(m.Header.Get(sink.HeaderPercentEncoded), sink.HeaderEventType) {
+		got := m.Header.Get(contract.HeaderEventType)
+		if strings.Contains(m.Header.Get(contract.HeaderPercentEncoded), contract.HeaderEventType) {
 			got = percentDecode(t, got)
 		}
 		if got != v {
 			t.Errorf("value %q: Outbox-Event-Type header carries %q", v, got)
 		}
-		if m.Header.Get(sink.HeaderMsgID) != id {
-			t.Errorf("value %q: Nats-Msg-Id = %q, want %q", v, m.Header.Get(sink.HeaderMsgID), id)
+		if m.Header.Get(contract.HeaderMsgID) != id {
+			t.Errorf("value %q: Nats-Msg-Id = %q, want %q", v, m.Header.Get(contract.HeaderMsgID), id)
 		}
 	}
 	if _, ok := stored[after]; !ok {
@@ -68,8 +68,8 @@ func TestHostileValues(t *testing.T) {
 	for _, m := range stored {
 		if m.Subject == env.DeadSubj {
 			deadLetters++
-			if !strings.Contains(m.Header.Get(sink.HeaderDeadLetterReason), "payload is NULL") {
-				t.Errorf("dead letter reason = %q", m.Header.Get(sink.HeaderDeadLetterReason))
+			if !strings.Contains(m.Header.Get(contract.HeaderDeadLetterReason), "payload is NULL") {
+				t.Errorf("dead letter reason = %q", m.Header.Get(contract.HeaderDeadLetterReason))
 			}
 		}
 	}

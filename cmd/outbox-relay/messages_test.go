@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestTableLessEvents: events written with outbox.Emit (logical messages)
@@ -128,7 +128,7 @@ func TestTableLessEvents(t *testing.T) {
 	var prev pglogrepl.LSN
 	var deadLetter *jetstream.RawStreamMsg
 	for i, m := range msgs {
-		id := m.Header.Get(sink.HeaderMsgID)
+		id := m.Header.Get(contract.HeaderMsgID)
 		if _, dup := pos[id]; dup {
 			t.Errorf("%s stored twice", id)
 		}
@@ -137,12 +137,12 @@ func TestTableLessEvents(t *testing.T) {
 			deadLetter = m
 			continue
 		}
-		lsn, err := pglogrepl.ParseLSN(m.Header.Get(sink.HeaderCommitLSN))
+		lsn, err := pglogrepl.ParseLSN(m.Header.Get(contract.HeaderCommitLSN))
 		if err != nil || lsn < prev {
 			t.Errorf("message %d (%s) at commit %s after %s", i, id, lsn, prev)
 		}
 		prev = lsn
-		if m.Header.Get(sink.HeaderSourceSystem) == "" || !strings.HasPrefix(m.Subject, "outbox.order.") {
+		if m.Header.Get(contract.HeaderSourceSystem) == "" || !strings.HasPrefix(m.Subject, "outbox.order.") {
 			t.Errorf("message %d (%s): subject %s, headers %v", i, id, m.Subject, m.Header)
 		}
 	}
@@ -155,13 +155,13 @@ func TestTableLessEvents(t *testing.T) {
 			t.Errorf("event %d (%s) at %d, not after the one written before it", i, id, p)
 		}
 	}
-	if m := msgs[pos[want[1]]]; m.Subject != "outbox.order.order%2Epaid" || m.Header.Get(sink.HeaderEventType) != "order.paid" ||
-		m.Header.Get(sink.HeaderTxnIndex) != "1" || string(m.Data) != `{"t": "order.paid"}` || m.Header.Get(sink.HeaderCreatedAt) == "" {
+	if m := msgs[pos[want[1]]]; m.Subject != "outbox.order.order%2Epaid" || m.Header.Get(contract.HeaderEventType) != "order.paid" ||
+		m.Header.Get(contract.HeaderTxnIndex) != "1" || string(m.Data) != `{"t": "order.paid"}` || m.Header.Get(contract.HeaderCreatedAt) == "" {
 		t.Errorf("emitted event: subject %s, headers %v, body %s", m.Subject, m.Header, m.Data)
 	}
 	for i, id := range want[:4] {
-		if got := msgs[pos[id]].Header.Get(sink.HeaderTxnIndex); got != fmt.Sprint(i) {
-			t.Errorf("event %d of the mixed transaction has %s %s", i, sink.HeaderTxnIndex, got)
+		if got := msgs[pos[id]].Header.Get(contract.HeaderTxnIndex); got != fmt.Sprint(i) {
+			t.Errorf("event %d of the mixed transaction has %s %s", i, contract.HeaderTxnIndex, got)
 		}
 	}
 	for _, ids := range txs {
@@ -176,7 +176,7 @@ func TestTableLessEvents(t *testing.T) {
 			t.Errorf("%s was published", id)
 		}
 	}
-	if deadLetter == nil || string(deadLetter.Data) != "not an envelope" || deadLetter.Header.Get(sink.HeaderDeadLetterReason) == "" {
+	if deadLetter == nil || string(deadLetter.Data) != "not an envelope" || deadLetter.Header.Get(contract.HeaderDeadLetterReason) == "" {
 		t.Fatalf("no dead letter for the content that is no envelope: %v", deadLetter)
 	}
 	var reason string
@@ -277,7 +277,7 @@ func tableLessBefore14(t *testing.T, env *relaytest.Env, relay *relaytest.Relay)
 	}
 	waitStored(t, env, 1, time.Minute)
 	env.WaitSlotCaughtUp(time.Minute)
-	if msgs := streamInOrder(t, env); len(msgs) != 1 || msgs[0].Header.Get(sink.HeaderMsgID) != row[0] {
+	if msgs := streamInOrder(t, env); len(msgs) != 1 || msgs[0].Header.Get(contract.HeaderMsgID) != row[0] {
 		t.Errorf("the stream holds %d messages, want the row's event only", len(msgs))
 	}
 	relay.Drain(30 * time.Second)
@@ -326,7 +326,7 @@ func TestTableLessEventsAfterKill(t *testing.T) {
 		t.Errorf("the stream holds %d messages, want %d", len(msgs), len(ids))
 	}
 	for i := range min(len(msgs), len(ids)) {
-		if got := msgs[i].Header.Get(sink.HeaderMsgID); got != ids[i] {
+		if got := msgs[i].Header.Get(contract.HeaderMsgID); got != ids[i] {
 			t.Fatalf("message %d is %s, want %s", i, got, ids[i])
 		}
 	}

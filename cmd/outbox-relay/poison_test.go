@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestPoisonEvents: rows that can never be published as they are (a payload
@@ -73,14 +73,14 @@ func TestPoisonEvents(t *testing.T) {
 			t.Errorf("event %s not on the dead-letter subject", id)
 			continue
 		}
-		if got := m.Header.Get(sink.HeaderDeadLetterReason); !strings.Contains(got, reason) {
+		if got := m.Header.Get(contract.HeaderDeadLetterReason); !strings.Contains(got, reason) {
 			t.Errorf("event %s: reason %q, want it to mention %q", id, got, reason)
 		}
-		if m.Header.Get(sink.HeaderOriginalSubject) == "" || m.Header.Get(sink.HeaderEventType) == "" {
+		if m.Header.Get(contract.HeaderOriginalSubject) == "" || m.Header.Get(contract.HeaderEventType) == "" {
 			t.Errorf("event %s: dead letter lacks the original headers: %v", id, m.Header)
 		}
 	}
-	if len(stored[tooBig].Data) != 0 || stored[tooBig].Header.Get(sink.HeaderPayloadOmitted) == "" {
+	if len(stored[tooBig].Data) != 0 || stored[tooBig].Header.Get(contract.HeaderPayloadOmitted) == "" {
 		t.Error("the oversized payload went into the dead letter")
 	}
 	if strings.Contains(relay.Logs(), "disconnected from NATS") {
@@ -107,8 +107,8 @@ func TestPoisonEvents(t *testing.T) {
 	}
 	env.WaitStored(7, 10*time.Second)
 	m := lastOnSubjects(t, env, "outbox.>")
-	if m.Header.Get(sink.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
-		t.Errorf("retried event: %q %q", m.Header.Get(sink.HeaderMsgID), m.Data)
+	if m.Header.Get(contract.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
+		t.Errorf("retried event: %q %q", m.Header.Get(contract.HeaderMsgID), m.Data)
 	}
 	requireSameSource(t, storedByID(t, env)[refused], m)
 	if out, _ := runCLI(t, "dlq", "list", "--pg-url", env.PGURL); strings.Contains(out, tooBig) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // pollArgs run the relay in polling mode with batches small enough that
@@ -183,8 +183,8 @@ func TestPollDeadLetterListVerifyRetry(t *testing.T) {
 		t.Fatalf("dlq retry after fixing the row (%v):\n%s", err, out)
 	}
 	m := lastOnSubjects(t, env, "outbox.>")
-	if m.Header.Get(sink.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
-		t.Errorf("retried event: %q %q", m.Header.Get(sink.HeaderMsgID), m.Data)
+	if m.Header.Get(contract.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
+		t.Errorf("retried event: %q %q", m.Header.Get(contract.HeaderMsgID), m.Data)
 	}
 	relay.Drain(30 * time.Second)
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestDottedSubjects: with --subject-dots tokens, order.created is
@@ -42,7 +42,7 @@ func TestDottedSubjects(t *testing.T) {
 	for m := range batch.Messages() {
 		got = append(got, m)
 	}
-	if len(got) != 1 || got[0].Subject() != "outbox.order.order.created" || got[0].Headers().Get(sink.HeaderMsgID) != ids[0] {
+	if len(got) != 1 || got[0].Subject() != "outbox.order.order.created" || got[0].Headers().Get(contract.HeaderMsgID) != ids[0] {
 		t.Fatalf("consumer on outbox.order.> got %d messages, want the order.created event", len(got))
 	}
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -88,7 +89,7 @@ func (b *bench) pollBatch(ctx context.Context, sc scenario, prefix string) (int,
 	}
 	for _, e := range batch {
 		msg := &nats.Msg{Subject: prefix + ".order", Data: []byte(e.Payload), Header: nats.Header{}}
-		msg.Header.Set("Nats-Msg-Id", e.ID)
+		msg.Header.Set(contract.HeaderMsgID, e.ID)
 		if _, err := b.js.PublishMsg(ctx, msg); err != nil {
 			if _, err := tx.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET attempts = attempts + 1 WHERE id = $1`, e.ID); err != nil {
 				return 0, err

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 var server relaytest.Server
@@ -82,10 +82,10 @@ func TestBillingOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := &nats.Msg{Subject: "outbox.order.order%2Ecreated", Data: []byte(`{"order_id": "ord-9", "customer_id": "c", "total": 500}`), Header: nats.Header{}}
-	msg.Header.Set(sink.HeaderMsgID, "evt-9")
-	msg.Header.Set(sink.HeaderEventType, orders.EventType)
-	msg.Header.Set(sink.HeaderAggregateType, orders.AggregateType)
-	msg.Header.Set(sink.HeaderAggregateID, "ord-9")
+	msg.Header.Set(contract.HeaderMsgID, "evt-9")
+	msg.Header.Set(contract.HeaderEventType, orders.EventType)
+	msg.Header.Set(contract.HeaderAggregateType, orders.AggregateType)
+	msg.Header.Set(contract.HeaderAggregateID, "ord-9")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
