@@ -14,7 +14,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // TestStoreOnRealPostgres writes and reads the slot record in the tables
@@ -33,7 +32,7 @@ func TestStoreOnRealPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := contract.Table{Schema: "public", Name: "outbox_events"}
-	if _, err := migrations.Apply(ctx, connCfg, migrations.Names{Table: table, Publication: replication.DefaultPublication}); err != nil {
+	if _, err := migrations.Apply(ctx, connCfg, migrations.Names{Table: table, Publication: contract.DefaultPublication}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	pool, err := pgxpool.New(ctx, url)
@@ -41,7 +40,7 @@ func TestStoreOnRealPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := checkpoint.NewStore(pool, table.Schema, replication.DefaultSlot)
+	store := checkpoint.NewStore(pool, table.Schema, contract.DefaultSlot)
 
 	load := func() checkpoint.Record {
 		t.Helper()

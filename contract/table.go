@@ -24,7 +24,7 @@ func ParseTable(s string) (Table, error) {
 		schema, name = "public", s
 	}
 	if !identRE.MatchString(schema) || !identRE.MatchString(name) {
-		return Table{}, fmt.Errorf("table %q: want schema.table made of lower-case letters, digits and underscores (for example public.outbox_events)", s)
+		return Table{}, fmt.Errorf("table %q: want schema.table made of lower-case letters, digits and underscores (for example %s)", s, DefaultTable)
 	}
 	return Table{Schema: schema, Name: name}, nil
 }

@@ -20,3 +20,9 @@ func TestParseTable(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultTableParses(t *testing.T) {
+	if got, err := ParseTable(DefaultTable.String()); err != nil || got != DefaultTable {
+		t.Errorf("ParseTable(%q) = %v, %v; want %v", DefaultTable.String(), got, err, DefaultTable)
+	}
+}

@@ -28,10 +28,6 @@ import (
 // set and, when it cannot be read at all, the raw content as its payload:
 // the relay dead-letters it rather than lose it.
 
-// DefaultMessagePrefix is the prefix of table-less events unless told
-// otherwise.
-const DefaultMessagePrefix = "outbox"
-
 // Option configures a Decoder.
 type Option func(*Decoder)
 

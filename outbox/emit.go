@@ -15,7 +15,7 @@ import (
 // the Writer's prefix. The envelope is described in package decode.
 
 // WithMessagePrefix sets the prefix of the messages Emit writes (the
-// relay's --message-prefix) instead of decode.DefaultMessagePrefix.
+// relay's --message-prefix) instead of contract.DefaultMessagePrefix.
 func WithMessagePrefix(prefix string) Option {
 	return func(w *Writer) error {
 		if prefix == "" || strings.IndexByte(prefix, 0) >= 0 {

@@ -89,7 +89,7 @@ func TestEmit(t *testing.T) {
 		}
 	}
 
-	decoded := emitted(t, env, slot, decode.DefaultMessagePrefix)
+	decoded := emitted(t, env, slot, contract.DefaultMessagePrefix)
 	if len(decoded) != len(evs) {
 		t.Fatalf("decoded %d events, want %d", len(decoded), len(evs))
 	}
@@ -139,7 +139,7 @@ func TestEmitRefused(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := emitted(t, env, slot, decode.DefaultMessagePrefix); len(got) != 1 || got[0].ID != ids[0] {
+	if got := emitted(t, env, slot, contract.DefaultMessagePrefix); len(got) != 1 || got[0].ID != ids[0] {
 		t.Errorf("decoded %+v, want the one valid event", got)
 	}
 	for _, p := range []string{"", "a\x00b"} {

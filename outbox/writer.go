@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/decode"
 )
 
 // Tx is what Write needs of a pgx transaction. pgx.Tx, *pgxpool.Tx and
@@ -78,7 +77,7 @@ func WithMaxPayload(bytes int) Option {
 // NewWriter returns a Writer for public.outbox_events, or the table
 // WithTable names.
 func NewWriter(opts ...Option) (*Writer, error) {
-	w := &Writer{table: contract.Table{Schema: "public", Name: "outbox_events"}, maxMessage: DefaultMaxPayload, prefix: decode.DefaultMessagePrefix}
+	w := &Writer{table: contract.DefaultTable, maxMessage: DefaultMaxPayload, prefix: contract.DefaultMessagePrefix}
 	for _, o := range opts {
 		if err := o(w); err != nil {
 			return nil, err

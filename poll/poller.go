@@ -83,7 +83,7 @@ func (p *Poller) drainTimeout() time.Duration {
 	if d := p.cfg.Relay.DrainTimeout; d > 0 {
 		return d
 	}
-	return 10 * time.Second
+	return replication.DefaultDrainTimeout
 }
 
 // Run polls until ctx ends or a fatal error:

@@ -49,18 +49,13 @@ const (
 	DefaultDrainTimeout   = 10 * time.Second
 )
 
-// The slot and publication the relay uses unless told otherwise.
-// Config.Slot and Config.Publication themselves are required: the slot's
-// name is also the key of the relay's record of it.
-const (
-	DefaultSlot        = "outbox_relay"
-	DefaultPublication = "outbox_pub"
-)
-
 // Config configures a Stream.
 type Config struct {
 	// Repl configures the replication connection (see ParseConnString).
-	Repl        *pgconn.Config
+	Repl *pgconn.Config
+	// Slot and Publication are required (the relay's defaults are
+	// contract.DefaultSlot and contract.DefaultPublication): the slot's
+	// name is also the key of the relay's record of it.
 	Slot        string
 	Publication string
 	Table       contract.Table

@@ -24,11 +24,11 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 	js, nc := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tpl, err := ParseTemplate(DefaultSubject, WithDots(DotsTokens))
+	tpl, err := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := StreamSpec{Name: "DOTS", Template: tpl, DeadLetterSubject: DefaultDeadLetterSubject}
+	spec := StreamSpec{Name: "DOTS", Template: tpl, DeadLetterSubject: contract.DefaultDeadLetterSubject}
 	cfg, err := EnsureStream(ctx, js, spec, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPublisher(nc, Config{Subject: tpl, DeadLetterSubject: DefaultDeadLetterSubject, Stream: stream}, zerolog.Nop(), NewMetrics(prometheus.NewRegistry()))
+	p, err := NewPublisher(nc, Config{Subject: tpl, DeadLetterSubject: contract.DefaultDeadLetterSubject, Stream: stream}, zerolog.Nop(), NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,18 +92,18 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 	js, _ := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	escape, _ := ParseTemplate(DefaultSubject)
-	tokens, _ := ParseTemplate(DefaultSubject, WithDots(DotsTokens))
+	escape, _ := ParseTemplate(contract.DefaultSubject)
+	tokens, _ := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
 	for _, c := range []struct {
 		subjects []string
 		tpl      Template
 		ok       bool
 	}{
-		{[]string{"outbox.*.*", DefaultDeadLetterSubject}, escape, true},
-		{[]string{"outbox.*.*", DefaultDeadLetterSubject}, tokens, false},
-		{[]string{"outbox.>", DefaultDeadLetterSubject}, tokens, true},
-		{[]string{"outbox.*.>", DefaultDeadLetterSubject}, tokens, true},
-		{[]string{"outbox.*.*.>", DefaultDeadLetterSubject}, tokens, false},
+		{[]string{"outbox.*.*", contract.DefaultDeadLetterSubject}, escape, true},
+		{[]string{"outbox.*.*", contract.DefaultDeadLetterSubject}, tokens, false},
+		{[]string{"outbox.>", contract.DefaultDeadLetterSubject}, tokens, true},
+		{[]string{"outbox.*.>", contract.DefaultDeadLetterSubject}, tokens, true},
+		{[]string{"outbox.*.*.>", contract.DefaultDeadLetterSubject}, tokens, false},
 	} {
 		if err := js.DeleteStream(ctx, "ADOPT"); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Fatal(err)
@@ -111,7 +111,7 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ADOPT", Subjects: c.subjects, Storage: jetstream.FileStorage}); err != nil {
 			t.Fatal(err)
 		}
-		spec := StreamSpec{Name: "ADOPT", Template: c.tpl, DeadLetterSubject: DefaultDeadLetterSubject}
+		spec := StreamSpec{Name: "ADOPT", Template: c.tpl, DeadLetterSubject: contract.DefaultDeadLetterSubject}
 		_, err := EnsureStream(ctx, js, spec, zerolog.Nop())
 		if c.ok && err != nil || !c.ok && !errors.Is(err, ErrStreamConfig) {
 			t.Errorf("stream %v, dots %s: EnsureStream = %v", c.subjects, c.tpl.Dots(), err)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
 
@@ -69,7 +70,7 @@ func TestTemplateDots(t *testing.T) {
 		}
 	}
 	// The fixed prefix stays fixed whatever the values.
-	tpl, _ := ParseTemplate(DefaultSubject, WithDots(DotsTokens))
+	tpl, _ := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
 	for _, v := range []string{"", ".", ">", "*", "a..b", strings.Repeat("a.", 20), "$JS.API"} {
 		s := tpl.Render(&decode.Event{AggregateType: v, EventType: v})
 		if !strings.HasPrefix(s, "outbox.") || !Covers(tpl.Filter(), s) || strings.Contains(s, "..") {
@@ -95,7 +96,7 @@ func FuzzDottedTokens(f *testing.F) {
 	for _, s := range []string{"", "a.b", "*", ">", " ", ".", "a..b", ".a.", "a.b.c.d.e.f.g.h.i", strings.Repeat("é.", 30), "\x00\xff"} {
 		f.Add(s, s)
 	}
-	tpl, err := ParseTemplate(DefaultSubject, WithDots(DotsTokens))
+	tpl, err := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
 	if err != nil {
 		f.Fatal(err)
 	}

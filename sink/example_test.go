@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -13,7 +14,7 @@ import (
 // unsafe bytes is percent-encoded, so a row can never change the subject's
 // shape or reach a subject outside the stream's filter.
 func ExampleTemplate() {
-	tpl, err := sink.ParseTemplate(sink.DefaultSubject) // outbox.{aggregate_type}.{event_type}
+	tpl, err := sink.ParseTemplate(contract.DefaultSubject) // outbox.{aggregate_type}.{event_type}
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,14 +17,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
-// Defaults of the Config fields left zero, and the dead-letter subject the
-// relay uses unless told otherwise (Config.DeadLetterSubject itself is
-// required: the same subject must reach the stream and the checks).
+// Defaults of the Config fields left zero. (Config.DeadLetterSubject
+// itself is required: the same subject must reach the stream and the
+// checks; contract.DefaultDeadLetterSubject is the relay's default.)
 const (
-	DefaultWindow            = 4096
-	DefaultWindowBytes       = 64 << 20
-	DefaultAckTimeout        = 5 * time.Second
-	DefaultDeadLetterSubject = "outbox_dead_letter"
+	DefaultWindow      = 4096
+	DefaultWindowBytes = 64 << 20
+	DefaultAckTimeout  = 5 * time.Second
 )
 
 // Config configures a Publisher.

@@ -12,10 +12,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// DefaultStream is the stream the relay publishes to unless told otherwise;
-// StreamSpec.Name itself is required.
-const DefaultStream = "OUTBOX"
-
 // DefaultDuplicateWindow is the dedup window of a stream the relay creates
 // when StreamSpec.DuplicateWindow is zero. Republished messages keep their
 // Nats-Msg-Id: within the window JetStream drops the copies it has.
@@ -23,6 +19,7 @@ const DefaultDuplicateWindow = 2 * time.Minute
 
 // StreamSpec describes the stream the relay publishes to.
 type StreamSpec struct {
+	// Name is required (the relay's default is contract.DefaultStream).
 	Name string
 	// Template is the subject template; the stream must cover its Filter.
 	Template Template

@@ -16,9 +16,6 @@ const (
 	PlaceholderEventType     = "{event_type}"
 )
 
-// DefaultSubject is the subject template the relay uses unless told otherwise.
-const DefaultSubject = "outbox.{aggregate_type}.{event_type}"
-
 // maxTokenLen bounds one rendered token. Longer values are cut and end in
 // "~" plus a hash of the whole value, so distinct values stay distinct and
 // the subject stays far below the server's 4 KiB control-line limit.

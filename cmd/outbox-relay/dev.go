@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -25,7 +26,7 @@ type devCmd struct {
 	NATSURL     string  `name:"nats-url" help:"Use this NATS (JetStream enabled) instead of an embedded server: dev publishes demo events there. Never read from OUTBOX_NATS_URL."`
 	Rate        float64 `name:"rate" default:"2" help:"Demo orders per second."`
 	Count       int     `name:"count" default:"0" help:"Stop after this many orders were consumed (0 runs until Ctrl-C)."`
-	MetricsAddr string  `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+	MetricsAddr string  `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"Address for /metrics, /healthz and /readyz; empty disables."`
 }
 
 // devEnv is what `dev` started and must clean up.
@@ -89,8 +90,8 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 }
 
 func defaultNames() nameFlags {
-	return nameFlags{Slot: replication.DefaultSlot, Publication: replication.DefaultPublication, Table: defaultTable,
-		Stream: sink.DefaultStream, Subject: sink.DefaultSubject, DeadLetterSubject: sink.DefaultDeadLetterSubject,
+	return nameFlags{Slot: contract.DefaultSlot, Publication: contract.DefaultPublication, Table: contract.DefaultTable.String(),
+		Stream: contract.DefaultStream, Subject: contract.DefaultSubject, DeadLetterSubject: contract.DefaultDeadLetterSubject,
 		DuplicateWindow: sink.DefaultDuplicateWindow}
 }
 

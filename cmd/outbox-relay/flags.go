@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -168,21 +167,18 @@ func (f nameFlags) parse() (names, error) {
 	return n, nil
 }
 
-// defaultTable is the outbox table the relay reads unless told otherwise:
-// the seed article's.
-const defaultTable = "public.outbox_events"
-
 // defaults are the flag defaults, taken from the packages that own them so
 // that the CLI, dev and the libraries never disagree.
 func defaults() kong.Vars {
 	return kong.Vars{
-		"slot":                replication.DefaultSlot,
-		"publication":         replication.DefaultPublication,
-		"table":               defaultTable,
-		"stream":              sink.DefaultStream,
-		"subject":             sink.DefaultSubject,
-		"dead_letter_subject": sink.DefaultDeadLetterSubject,
-		"message_prefix":      decode.DefaultMessagePrefix,
+		"slot":                contract.DefaultSlot,
+		"publication":         contract.DefaultPublication,
+		"table":               contract.DefaultTable.String(),
+		"stream":              contract.DefaultStream,
+		"subject":             contract.DefaultSubject,
+		"dead_letter_subject": contract.DefaultDeadLetterSubject,
+		"message_prefix":      contract.DefaultMessagePrefix,
+		"metrics_addr":        contract.DefaultMetricsAddr,
 		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
 		"window":              strconv.Itoa(sink.DefaultWindow),
 		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),

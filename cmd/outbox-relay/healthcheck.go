@@ -14,7 +14,7 @@ import (
 // health over HTTP, for container healthchecks: the distroless image has
 // no shell, curl or wget.
 type healthcheckCmd struct {
-	MetricsAddr string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"The relay's --metrics-addr; a wildcard host (0.0.0.0, ::, none) is asked on loopback."`
+	MetricsAddr string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"The relay's --metrics-addr; a wildcard host (0.0.0.0, ::, none) is asked on loopback."`
 	Live        bool          `name:"live" help:"Ask /healthz (the process serves) instead of /readyz (streaming, or a healthy standby)."`
 	URL         string        `name:"url" help:"GET this URL instead (another service's health endpoint); overrides --metrics-addr and --live."`
 	Timeout     time.Duration `name:"timeout" default:"3s" help:"How long to wait for the answer."`

@@ -45,7 +45,7 @@ type relayFlags struct {
 	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"How long a PubAck may take before the event is republished."`
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; capped at half the server's wal_sender_timeout."`
 	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"${drain_timeout}" help:"How long shutdown waits for in-flight publishes."`
-	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"127.0.0.1:9464" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"Address for /metrics, /healthz and /readyz; empty disables."`
 	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
 	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
 	MessagePrefix  string        `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`

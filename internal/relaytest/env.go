@@ -123,9 +123,9 @@ func NewEnv(t testing.TB, cluster Server) *Env {
 	e := &Env{
 		T: t, Cluster: cluster,
 		Database: fmt.Sprintf("t%d_%d", os.Getpid(), dbCounter.Add(1)),
-		Table:    contract.Table{Schema: "public", Name: "outbox_events"},
-		Pub:      "outbox_pub", Stream: "OUTBOX",
-		Subject: "outbox.{aggregate_type}.{event_type}", DeadSubj: "outbox_dead_letter",
+		Table:    contract.DefaultTable,
+		Pub:      contract.DefaultPublication, Stream: contract.DefaultStream,
+		Subject: contract.DefaultSubject, DeadSubj: contract.DefaultDeadLetterSubject,
 		DuplicateWindow: time.Second,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
