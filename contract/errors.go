@@ -15,7 +15,9 @@ var ErrGap = errors.New("events may be missing from the stream")
 // FatalError is an error that retrying cannot fix: the relay stops and
 // the message says what happened and, when the library knows, what to do.
 type FatalError struct {
-	Err  error
+	// Err is what happened.
+	Err error
+	// Hint, when set, says what to do about it.
 	Hint string
 	// Gap marks a FatalError that means events may be missing from the
 	// stream: errors.Is(err, ErrGap) is then true.

@@ -8,8 +8,8 @@ import (
 // Header names on every message the relay publishes. Other tools rely on
 // them; keep them stable.
 const (
-	// HeaderMsgID is JetStream's deduplication header: the event id (a
-	// dead letter's is DeadLetterMsgID of it).
+	// HeaderMsgID is JetStream's deduplication header. Its value is the
+	// event id; a dead letter's is DeadLetterMsgID of it.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderAggregateType is the row's aggregate_type, unchanged.
 	HeaderAggregateType = "Outbox-Aggregate-Type"

@@ -20,8 +20,7 @@ func CheckID[T string | []byte](id T) string {
 // so that republishing the event later is not taken for a duplicate.
 const DeadLetterMsgIDPrefix = "dead-letter:"
 
-// DeadLetterMsgID is the Nats-Msg-Id of the dead letter of the event
-// whose Nats-Msg-Id is id: DeadLetterMsgIDPrefix followed by id. (The
-// relay passes the event's WAL position instead of an id that CheckID
-// rejects.)
+// DeadLetterMsgID returns the Nats-Msg-Id of the dead letter of the event
+// with this id: DeadLetterMsgIDPrefix followed by id. For an id CheckID
+// rejects, the relay passes the event's WAL position instead.
 func DeadLetterMsgID(id string) string { return DeadLetterMsgIDPrefix + id }
