@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -80,7 +81,7 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() {
-		relayDone <- serveRelay(relayCtx, cfg, natsFlags{NATSURL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
+		relayDone <- serveRelay(relayCtx, cfg, relay.NATSOptions{URL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
 	}()
 	demoErr := c.demo(ctx, pool, natsURL, cfg, relayDone)
 	stopRelay()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -80,7 +81,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.Watch {
 		return c.watch(ctx, pool, n)
 	}
-	nc, natsErr := connectOnce(ctx, c.natsFlags, "outbox-relay status")
+	nc, natsErr := relay.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay status")
 	if nc != nil {
 		defer nc.Close()
 	}

@@ -19,7 +19,7 @@ import (
 // (Ctrl-C): a view redrawn in place on a terminal, one line per interval
 // otherwise. NATS or Postgres going away is shown, not fatal.
 func (c *statusCmd) watch(ctx context.Context, pool *pgxpool.Pool, n names) error {
-	nc, err := nats.Connect(c.NATSURL, append(natsAuth(c.natsFlags), nats.Name("outbox-relay status --watch"),
+	nc, err := nats.Connect(c.NATSURL, append(c.natsFlags.options().Auth(), nats.Name("outbox-relay status --watch"),
 		nats.Timeout(2*time.Second), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))...)
 	if err != nil {
 		return withExit(exitUsage, err)
