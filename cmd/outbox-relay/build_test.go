@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -9,27 +10,30 @@ import (
 	"testing"
 )
 
-// labPackages are what the production build (-tags nolab) must not link:
-// the embedded nats-server, the benchmark's charts, the example service and
-// the lab's own packages. A path ending in / stands for everything under it.
-var labPackages = []string{
-	"github.com/nats-io/nats-server/",
-	"github.com/go-echarts/",
-	"github.com/outbox-relay/outbox-relay/examples/",
-	"github.com/outbox-relay/outbox-relay/internal/bench",
-	"github.com/outbox-relay/outbox-relay/internal/devenv",
-	"github.com/outbox-relay/outbox-relay/internal/natsproc",
-}
-
 // TestProductionBuildLinksNoLab: `go build -tags nolab` links none of the
 // lab, and the default build links all of it (so that this test can fail).
 func TestProductionBuildLinksNoLab(t *testing.T) {
 	t.Parallel()
+	// What the production build must not link: the embedded nats-server,
+	// the benchmark's charts, the example service and the lab's own
+	// packages. A path ending in / stands for everything under it.
+	labPackages := []string{
+		"github.com/nats-io/nats-server/",
+		"github.com/go-echarts/",
+		"github.com/outbox-relay/outbox-relay/examples/",
+		"github.com/outbox-relay/outbox-relay/internal/bench",
+		"github.com/outbox-relay/outbox-relay/internal/devenv",
+		"github.com/outbox-relay/outbox-relay/internal/natsproc",
+	}
 	deps := func(tags ...string) []string {
 		t.Helper()
 		args := append(append([]string{"list", "-deps"}, tags...), ".")
 		out, err := exec.Command("go", args...).Output()
 		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				err = fmt.Errorf("%w\n%s", err, ee.Stderr)
+			}
 			t.Fatalf("go %s: %v", strings.Join(args, " "), err)
 		}
 		return strings.Fields(string(out))
