@@ -1,19 +1,22 @@
+//go:build !nolab
+
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/examples/orders/demo"
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -81,9 +84,9 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() {
-		relayDone <- serveRelay(relayCtx, cfg, natsFlags{NATSURL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
+		relayDone <- serveRelay(relayCtx, cfg, relay.NATSOptions{URL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
 	}()
-	demoErr := c.demo(ctx, pool, natsURL, cfg, relayDone)
+	demoErr := demo.Run(ctx, demo.Config{Pool: pool, NATSURL: natsURL, Relay: cfg, Rate: c.Rate, Count: c.Count, RelayDone: relayDone, Out: os.Stdout})
 	stopRelay()
 	relayErr := <-relayDone
 	return errors.Join(demoErr, relayErr)
@@ -113,20 +116,4 @@ func (c *devCmd) servers(ctx context.Context, env *devEnv) (pgURL, natsURL strin
 		fmt.Printf("nats      embedded server with JetStream at %s\n", natsURL)
 	}
 	return pgURL, natsURL, nil
-}
-
-func waitForStream(ctx context.Context, js jetstream.JetStream, name string, relayDone <-chan error) (jetstream.Stream, error) {
-	for {
-		stream, err := js.Stream(ctx, name)
-		if err == nil {
-			return stream, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case err := <-relayDone:
-			return nil, fmt.Errorf("the relay stopped: %w", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

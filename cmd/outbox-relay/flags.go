@@ -107,6 +107,11 @@ type natsFlags struct {
 	NATSKey   string `name:"nats-key" env:"OUTBOX_NATS_KEY" help:"Client key file for NATS mutual TLS."`
 }
 
+// options are the flags as the relay package takes them.
+func (f natsFlags) options() relay.NATSOptions {
+	return relay.NATSOptions{URL: f.NATSURL, Creds: f.NATSCreds, NKey: f.NATSNKey, CA: f.NATSCA, Cert: f.NATSCert, Key: f.NATSKey}
+}
+
 type nameFlags struct {
 	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"Logical replication slot (created on first start)."`
 	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication that contains the outbox table."`

@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/natsproc"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 )
 
@@ -27,15 +26,15 @@ type cli struct {
 	Log     logFlags         `embed:""`
 	Version kong.VersionFlag `name:"version" help:"Print the version (module version, VCS revision, Go version) and exit."`
 
-	Run     runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream, or with --source poll read them from the table in batches."`
-	Migrate migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
-	Status  statusCmd  `cmd:"" help:"Show the slot (with --source poll, the pending rows), its lag and the last event in the stream."`
-	Dev     devCmd     `cmd:"" help:"Run everything locally: embedded NATS, a throwaway Postgres, the relay and demo orders."`
-	Verify  verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
-	DLQ     dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
-	Bench   benchCmd   `cmd:"" help:"Measure throughput, latency and resources against the machine's limits, in one run."`
-	Doctor  doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay (with --source poll, for the polling relay); prints each problem with its fix, exits 1 on any error."`
-	Cleanup cleanupCmd `cmd:"" help:"Delete, in batches, rows older than --retention whose events the slot has confirmed; mark processed_at; drop old partitions."`
+	Run          runCmd     `cmd:"" help:"Run the relay: stream outbox inserts from the WAL to JetStream, or with --source poll read them from the table in batches."`
+	Migrate      migrateCmd `cmd:"" help:"Create the outbox table, the relay's records, the dead-letter view and the publication (idempotent)."`
+	Status       statusCmd  `cmd:"" help:"Show the slot (with --source poll, the pending rows), its lag and the last event in the stream."`
+	devCommand   `embed:""` // lab.go; a hidden stand-in in the production build (nolab.go)
+	Verify       verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
+	DLQ          dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
+	benchCommand `embed:""` // lab.go; a hidden stand-in in the production build (nolab.go)
+	Doctor       doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay (with --source poll, for the polling relay); prints each problem with its fix, exits 1 on any error."`
+	Cleanup      cleanupCmd `cmd:"" help:"Delete, in batches, rows older than --retention whose events the slot has confirmed; mark processed_at; drop old partitions."`
 
 	Healthcheck healthcheckCmd `cmd:"" help:"Ask a running relay's /readyz (or /healthz with --live) and exit 0 when it answers 200: a container healthcheck."`
 }
@@ -59,8 +58,9 @@ func vars() kong.Vars {
 
 func main() {
 	began := time.Now()
-	// Run as the nats-server process of bench and the tests, when asked.
-	natsproc.ServeIfAsked()
+	// Run as the nats-server process of bench and the tests, when asked
+	// (the lab build only).
+	serveNATSIfAsked()
 	k, logs := parseArgs(os.Args[1:])
 	log := logs.logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -41,11 +41,11 @@ func (f pollFlags) validate() error {
 }
 
 // serve runs the polling relay with cfg's names and publishing settings.
-func (f pollFlags) serve(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr string, log zerolog.Logger) error {
+func (f pollFlags) serve(ctx context.Context, cfg relay.Config, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
 	pc := poll.Config{Relay: cfg, Batch: f.PollBatch, Interval: f.PollInterval, MaxAttempts: f.PollMaxAttempts,
 		Backoff: f.PollBackoff, MaxBackoff: f.PollMaxBackoff}
-	return serve(ctx, nf, metricsAddr, log, func(deps relay.Deps) (runner, error) { return poll.New(pc, deps) })
+	return serve(ctx, natsOpts, metricsAddr, log, func(deps relay.Deps) (runner, error) { return poll.New(pc, deps) })
 }

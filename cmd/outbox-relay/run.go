@@ -120,7 +120,7 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.Source == sourcePoll {
 		serve = c.pollFlags.serve
 	}
-	if err := serve(ctx, cfg, c.natsFlags, c.MetricsAddr, log); err != nil {
+	if err := serve(ctx, cfg, c.natsFlags.options(), c.MetricsAddr, log); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info().Msg("stopped during start-up, as asked")
 			return nil
@@ -134,8 +134,8 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // serveRelay connects to NATS, serves /metrics, /healthz and /readyz, and
 // runs the relay until ctx ends or a fatal error. The metrics server
 // outlives the relay's drain, so a scrape sees the final figures.
-func serveRelay(ctx context.Context, cfg relay.Config, nf natsFlags, metricsAddr string, log zerolog.Logger) error {
-	return serve(ctx, nf, metricsAddr, log, func(deps relay.Deps) (runner, error) { return relay.New(cfg, deps) })
+func serveRelay(ctx context.Context, cfg relay.Config, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger) error {
+	return serve(ctx, natsOpts, metricsAddr, log, func(deps relay.Deps) (runner, error) { return relay.New(cfg, deps) })
 }
 
 // runner is a relay serveRelay can run: the WAL relay or the polling one.
@@ -145,7 +145,7 @@ type runner interface {
 }
 
 // serve runs the relay build returns, with NATS and the metrics server.
-func serve(ctx context.Context, nf natsFlags, metricsAddr string, log zerolog.Logger, build func(relay.Deps) (runner, error)) error {
+func serve(ctx context.Context, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger, build func(relay.Deps) (runner, error)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(readBuildInfo().collector())
 	health := newHealth()
@@ -157,7 +157,7 @@ func serve(ctx context.Context, nf natsFlags, metricsAddr string, log zerolog.Lo
 		}
 	}
 	end := startup.Phase(ctx, "nats_connect")
-	nc, err := connectNATS(nf, "outbox-relay", log)
+	nc, err := relay.ConnectNATS(natsOpts, "outbox-relay", log)
 	end()
 	if err != nil {
 		return err

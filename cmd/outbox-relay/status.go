@@ -8,16 +8,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 type statusCmd struct {
@@ -32,30 +27,6 @@ type statusCmd struct {
 	MaxInactive  time.Duration `name:"max-inactive" help:"With --fail-inactive, only once the slot has been inactive this long (Postgres 17+ says since when; earlier versions fail at once)."`
 	Watch        bool          `name:"watch" short:"w" help:"Refresh every --interval until Ctrl-C: a live view on a terminal, one line per interval otherwise."`
 	Interval     time.Duration `name:"interval" default:"1s" help:"Refresh interval of --watch."`
-}
-
-// statusReport is what `status` prints.
-type statusReport struct {
-	Slot               string             `json:"slot"`
-	Exists             bool               `json:"exists"`
-	Active             bool               `json:"active"`
-	ActivePID          int32              `json:"active_pid,omitempty"`
-	ConfirmedFlush     string             `json:"confirmed_flush_lsn,omitempty"`
-	LagBytes           int64              `json:"lag_bytes"`
-	FlushLagSeconds    *float64           `json:"flush_lag_seconds,omitempty"`
-	WALStatus          string             `json:"wal_status,omitempty"`
-	InactiveSince      *time.Time         `json:"inactive_since,omitempty"`
-	Record             *checkpoint.Record `json:"record,omitempty"`
-	DeadLettersPending *int64             `json:"dead_letters_not_retried,omitempty"`
-	Stream             string             `json:"stream"`
-	StreamMessages     uint64             `json:"stream_messages"`
-	StreamLastSeq      uint64             `json:"stream_last_seq"`
-	StreamError        string             `json:"stream_error,omitempty"`
-	LastEvent          *sink.StoredEvent  `json:"last_event,omitempty"`
-	// Poll replaces the slot's fields with --source poll.
-	Poll *pollStatus `json:"poll,omitempty"`
-	// Problems make status exit 1.
-	Problems []string `json:"problems,omitempty"`
 }
 
 // Run prints the slot's and the stream's state. Exit codes: 0 no problem,
@@ -80,11 +51,11 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.Watch {
 		return c.watch(ctx, pool, n)
 	}
-	nc, natsErr := connectOnce(ctx, c.natsFlags, "outbox-relay status")
+	nc, natsErr := relay.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay status")
 	if nc != nil {
 		defer nc.Close()
 	}
-	r, err := c.collect(ctx, pool, nc, n)
+	r, err := inspect.Collect(ctx, pool, nc, c.options(n))
 	if err != nil {
 		return withExit(exitUsage, err)
 	}
@@ -96,7 +67,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 			return err
 		}
 	} else {
-		r.print(os.Stdout)
+		printStatus(os.Stdout, r)
 	}
 	switch {
 	case natsErr != nil:
@@ -107,97 +78,18 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	return nil
 }
 
-func (c *statusCmd) limits() doctor.SlotLimits {
-	return doctor.SlotLimits{MaxLagBytes: c.MaxLagBytes, MaxLagAge: c.MaxLagAge, FailInactive: c.FailInactive, MaxInactive: c.MaxInactive}
+// options are what status reads, and its limits.
+func (c *statusCmd) options(n names) inspect.Options {
+	return inspect.Options{Relay: n.relayConfig(), Poll: c.Source == sourcePoll,
+		Limits: doctor.SlotLimits{MaxLagBytes: c.MaxLagBytes, MaxLagAge: c.MaxLagAge, FailInactive: c.FailInactive, MaxInactive: c.MaxInactive}}
 }
 
-// collect reads the slot and, when nc is given, the stream; an error means
-// Postgres could not be read.
-func (c *statusCmd) collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, n names) (statusReport, error) {
-	r := statusReport{Slot: n.slot, Stream: n.stream}
-	read := c.readSlot
-	if c.Source == sourcePoll {
-		r.Slot = ""
-		read = c.readPoll
-	}
-	if err := read(ctx, pool, n, &r); err != nil {
-		return r, err
-	}
-	var pending int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` WHERE retried_at IS NULL`).Scan(&pending); err == nil {
-		r.DeadLettersPending = &pending
-	}
-	if nc != nil {
-		readStream(ctx, nc, n, &r)
-	}
-	return r, nil
-}
-
-// readSlot fills in the slot's side of r.
-func (c *statusCmd) readSlot(ctx context.Context, pool *pgxpool.Pool, n names, r *statusReport) error {
-	slot, err := replication.LookupSlot(ctx, pool, n.slot)
-	if err != nil {
-		return err
-	}
-	health, err := replication.ReadSlotHealth(ctx, pool, n.slot)
-	if err != nil {
-		return err
-	}
-	r.Exists, r.Active, r.ActivePID, r.LagBytes, r.WALStatus = slot.Exists, slot.Active, slot.ActivePID, slot.LagBytes, slot.WALStatus
-	if slot.Exists {
-		r.ConfirmedFlush = slot.ConfirmedFlush.String()
-	}
-	if health.HasFlushLag {
-		s := health.FlushLag.Seconds()
-		r.FlushLagSeconds = &s
-	}
-	if !health.InactiveSince.IsZero() {
-		r.InactiveSince = &health.InactiveSince
-	}
-	if rec, err := checkpoint.NewStore(pool, n.table.Schema, n.slot).Load(ctx); err == nil && rec.Exists {
-		r.Record = &rec
-	}
-	r.Problems = c.limits().SlotProblems(n.slot, slot, health, time.Now())
-	return nil
-}
-
-// readStream fills in the stream's side; a missing stream is a problem,
-// NATS being unreachable is said in StreamError.
-func readStream(ctx context.Context, nc *nats.Conn, n names, r *statusReport) {
-	if !nc.IsConnected() {
-		r.StreamError = "not connected to NATS"
-		if err := nc.LastError(); err != nil {
-			r.StreamError += ": " + err.Error()
-		}
-		return
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		r.StreamError = err.Error()
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	stream, err := js.Stream(sctx, n.stream)
-	if err != nil {
-		r.StreamError = err.Error()
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			r.Problems = append(r.Problems, fmt.Sprintf("stream %q does not exist: the relay creates it at start", n.stream))
-		}
-		return
-	}
-	state := stream.CachedInfo().State
-	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
-	if r.LastEvent, err = sink.LastEvent(sctx, stream, n.subject.Filter(), n.deadLetter); err != nil {
-		r.StreamError = err.Error()
-	}
-}
-
-func (r statusReport) print(w io.Writer) {
+// printStatus prints r as text.
+func printStatus(w io.Writer, r inspect.Report) {
 	p := func(k, format string, args ...any) { fmt.Fprintf(w, "%-18s %s\n", k, fmt.Sprintf(format, args...)) }
 	switch {
 	case r.Poll != nil:
-		p("pending", "%s", r.Poll.line())
+		p("pending", "%s", r.Poll.Line())
 	case !r.Exists:
 		p("slot", "%s (does not exist yet: `outbox-relay run` creates it)", r.Slot)
 	default:

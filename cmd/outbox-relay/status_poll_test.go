@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -15,10 +16,10 @@ import (
 // --max-lag-age.
 func TestPollStatus(t *testing.T) {
 	env := pollEnv(t, newEnv(t))
-	status := func(extra ...string) (statusReport, int, string) {
+	status := func(extra ...string) (inspect.Report, int, string) {
 		t.Helper()
 		out, errOut, code := runSplit(t, append(append([]string{"status", "--source", "poll", "--json"}, env.ToolArgs()...), extra...)...)
-		var r statusReport
+		var r inspect.Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Poll == nil {
 			t.Fatalf("status --source poll --json does not parse or has no poll section (%v), exit %d:\n%s\n%s", err, code, out, errOut)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -19,10 +20,10 @@ import (
 func TestStatusExitCodes(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
-	status := func(extra ...string) (statusReport, int, string) {
+	status := func(extra ...string) (inspect.Report, int, string) {
 		t.Helper()
 		out, errOut, code := runSplit(t, append(append([]string{"status", "--json"}, env.ToolArgs()...), extra...)...)
-		var r statusReport
+		var r inspect.Report
 		if code != 2 {
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("status --json does not parse (%v), exit %d:\n%s\n%s", err, code, out, errOut)
@@ -122,7 +123,7 @@ func TestWatchViewTerminal(t *testing.T) {
 	var b strings.Builder
 	v := &watchView{w: &b, tty: true}
 	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	prev := watchSample{at: at, r: statusReport{Slot: "s", Stream: "OUTBOX", Exists: true, Active: true, ActivePID: 7, StreamLastSeq: 100}}
+	prev := watchSample{at: at, r: inspect.Report{Slot: "s", Stream: "OUTBOX", Exists: true, Active: true, ActivePID: 7, StreamLastSeq: 100}}
 	cur := prev
 	cur.at, cur.r.StreamLastSeq = at.Add(2*time.Second), 120
 	v.start()

@@ -73,7 +73,7 @@ func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools
 		return nil, err
 	}
 	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot), pgURL: pgURL}
-	if t.nc, err = nats.Connect(nf.NATSURL, natsAuth(nf)...); err != nil {
+	if t.nc, err = nats.Connect(nf.NATSURL, nf.options().Auth()...); err != nil {
 		t.close()
 		return nil, relay.ExplainNATSConnect(ctx, err, nf.NATSURL)
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
 )
 
 // watch samples the slot and the stream every interval until ctx ends
 // (Ctrl-C): a view redrawn in place on a terminal, one line per interval
 // otherwise. NATS or Postgres going away is shown, not fatal.
 func (c *statusCmd) watch(ctx context.Context, pool *pgxpool.Pool, n names) error {
-	nc, err := nats.Connect(c.NATSURL, append(natsAuth(c.natsFlags), nats.Name("outbox-relay status --watch"),
+	nc, err := nats.Connect(c.NATSURL, append(c.natsFlags.options().Auth(), nats.Name("outbox-relay status --watch"),
 		nats.Timeout(2*time.Second), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))...)
 	if err != nil {
 		return withExit(exitUsage, err)
@@ -49,14 +50,14 @@ func (c *statusCmd) watch(ctx context.Context, pool *pgxpool.Pool, n names) erro
 // watchSample is one look at the slot and the stream.
 type watchSample struct {
 	at  time.Time
-	r   statusReport
+	r   inspect.Report
 	err error // Postgres could not be read
 }
 
 func (c *statusCmd) sample(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, n names) watchSample {
 	sctx, cancel := context.WithTimeout(ctx, max(c.Interval, 2*time.Second))
 	defer cancel()
-	r, err := c.collect(sctx, pool, nc, n)
+	r, err := inspect.Collect(sctx, pool, nc, c.options(n))
 	return watchSample{at: time.Now(), r: r, err: err}
 }
 
@@ -80,7 +81,7 @@ func watchFields(s, prev watchSample) [][2]string {
 	switch {
 	case s.err != nil:
 	case r.Poll != nil:
-		add("pending", "%s", r.Poll.line())
+		add("pending", "%s", r.Poll.Line())
 	case !r.Exists:
 		add("slot", "missing")
 	case r.Active:

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -11,15 +11,25 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/retry"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// connectNATS connects with the options a long-running relay needs:
+// NATSOptions say where NATS is and how to authenticate to it: the CLI's
+// --nats-* flags.
+type NATSOptions struct {
+	URL   string // server URLs, comma-separated
+	Creds string // credentials file (JWT and NKey seed)
+	NKey  string // NKey seed file
+	CA    string // CA certificate file to verify the servers (TLS)
+	Cert  string // client certificate file (mutual TLS)
+	Key   string // client key file (mutual TLS)
+}
+
+// ConnectNATS connects with the options a long-running relay needs:
 // reconnect forever with capped, jittered backoff; no reconnect buffer, so
 // nothing is published behind the relay's back after a reconnect; pings
 // frequent enough to notice a dead connection in seconds.
-func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, error) {
-	where := relay.RedactNATS(f.NATSURL)
+func ConnectNATS(o NATSOptions, name string, log zerolog.Logger) (*nats.Conn, error) {
+	where := RedactNATS(o.URL)
 	logs := retry.NewLogLimiter() // used by nats.go's callback goroutine only
 	opts := []nats.Option{
 		nats.Name(name),
@@ -48,49 +58,48 @@ func connectNATS(f natsFlags, name string, log zerolog.Logger) (*nats.Conn, erro
 			if err == nil || errors.Is(err, nats.ErrNoServers) || !logs.Allow() {
 				return
 			}
-			log.Warn().Err(err).Str("nats_url", where).Str("cause", relay.NATSCause(err)).Msg("cannot connect to NATS; retrying")
+			log.Warn().Err(err).Str("nats_url", where).Str("cause", NATSCause(err)).Msg("cannot connect to NATS; retrying")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("server", relay.RedactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
+			log.Info().Str("server", RedactNATS(nc.ConnectedUrl())).Msg("reconnected to NATS")
 		}),
 	}
-	opts = append(opts, natsAuth(f)...)
-	nc, err := nats.Connect(f.NATSURL, opts...)
+	nc, err := nats.Connect(o.URL, append(opts, o.Auth()...)...)
 	if err != nil {
-		return nil, relay.ExplainNATSConnect(context.Background(), err, f.NATSURL)
+		return nil, ExplainNATSConnect(context.Background(), err, o.URL)
 	}
 	return nc, nil
 }
 
-// connectOnce connects for a command that runs once (status, doctor): one
-// attempt, and a failure says why.
-func connectOnce(ctx context.Context, f natsFlags, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(f.NATSURL, append(natsAuth(f), nats.Name(name), nats.Timeout(5*time.Second))...)
+// ConnectNATSOnce connects for a command that runs once (status, doctor):
+// one attempt, and a failure says why.
+func ConnectNATSOnce(ctx context.Context, o NATSOptions, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(o.URL, append(o.Auth(), nats.Name(name), nats.Timeout(5*time.Second))...)
 	if err != nil {
-		return nil, relay.ExplainNATSConnect(ctx, err, f.NATSURL)
+		return nil, ExplainNATSConnect(ctx, err, o.URL)
 	}
 	return nc, nil
 }
 
-// natsAuth turns the credential and TLS flags into connection options.
-// A bad NKey seed file shows up as a connection error.
-func natsAuth(f natsFlags) []nats.Option {
+// Auth turns the credential and TLS options into connection options. A
+// bad NKey seed file shows up as a connection error.
+func (o NATSOptions) Auth() []nats.Option {
 	var opts []nats.Option
-	if f.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(f.NATSCreds))
+	if o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(o.Creds))
 	}
-	if f.NATSNKey != "" {
-		if opt, err := nats.NkeyOptionFromSeed(f.NATSNKey); err == nil {
+	if o.NKey != "" {
+		if opt, err := nats.NkeyOptionFromSeed(o.NKey); err == nil {
 			opts = append(opts, opt)
 		} else {
 			opts = append(opts, func(*nats.Options) error { return fmt.Errorf("--nats-nkey: %w", err) })
 		}
 	}
-	if f.NATSCA != "" {
-		opts = append(opts, nats.RootCAs(f.NATSCA))
+	if o.CA != "" {
+		opts = append(opts, nats.RootCAs(o.CA))
 	}
-	if f.NATSCert != "" || f.NATSKey != "" {
-		opts = append(opts, nats.ClientCert(f.NATSCert, f.NATSKey))
+	if o.Cert != "" || o.Key != "" {
+		opts = append(opts, nats.ClientCert(o.Cert, o.Key))
 	}
 	return opts
 }
