@@ -1,4 +1,4 @@
-package main
+package faults
 
 import (
 	"testing"
@@ -12,8 +12,8 @@ import (
 // is under 16 MB within one status interval.
 func TestIdleOutboxBusyTables(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	relay := startRelay(t, env, "--status-interval", "3s")
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env, "--status-interval", "3s")
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	env.Exec(`CREATE TABLE busy (id BIGSERIAL PRIMARY KEY, body TEXT)`)
 	for i := 0; i < 20; i++ { // 20 × ~10 MB

@@ -1,8 +1,7 @@
-package main
+package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -21,7 +20,7 @@ import (
 // rolled back), injects each fault while the relay has publishes in
 // flight (a backlog just written, the in-flight gauge above 0), requires
 // the recovery path it exercises to have run (a log line), and ends with
-// settle: the slot confirms all WAL written, JetStream acknowledged no
+// relaytest.Settle: the slot confirms all WAL written, JetStream acknowledged no
 // publish as a duplicate, SIGTERM drains the relay (exit 0), and the check
 // finds nothing missing, nothing rolled back, nothing twice, nothing out
 // of commit order. Streams have a 1 s dedup window (Env.DuplicateWindow),
@@ -31,123 +30,26 @@ import (
 // Tests that mostly wait (outages, partitions) run in parallel with each
 // other; those that time how fast something happens run alone.
 
-// Log lines of the recovery paths the cases require.
-const (
-	logStreaming = "streaming from the slot"
-	// After a publish failure (an outage, an ack timeout, an error reply):
-	// the Publisher read the stream and sent again what it lacks.
-	logOutageOver = "JetStream accepts events again"
-	// At a session's start: the slot replays events the stream holds.
-	logSkipStored = "skipping exactly those"
-	// The Postgres side gave way to a shutdown the relay could not confirm.
-	logReleased = "released the replication connection so Postgres can shut down"
-)
-
-// faultWait bounds each wait for a relay to get going or to recover.
-const faultWait = time.Minute
-
-// load starts the standard write workload; stop ends it.
-func load(t *testing.T, env *relaytest.Env) (w *relaytest.Workload, stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	w = &relaytest.Workload{Writers: 3, MaxTxRows: 10, Aggregates: 30, RollbackEvery: 7, Pace: 40 * time.Millisecond}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, env, 0) }()
-	return w, func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("workload: %v", err)
-		}
-	}
-}
-
-// inFlight writes a backlog of n events and waits until the relay has
-// publishes of them in flight: the moment to inject a fault.
-func inFlight(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, n int) {
-	t.Helper()
-	env.Backlog(n)
-	got := relay.WaitInFlight(faultWait)
-	t.Logf("fault injected with %d publishes in flight", got)
-}
-
-// settle ends a fault case with the load stopped: the stream holds every
-// committed row, the slot confirmed all WAL written (the relay has nothing
-// left to send), JetStream acknowledged no publish of this relay as a
-// duplicate, SIGTERM drains it (exit 0), and the check holds with x.
-func settle(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, x relaytest.Expect) relaytest.Result {
-	t.Helper()
-	env.WaitRows(3 * time.Minute)
-	env.WaitSlotCaughtUp(faultWait)
-	if relay.Exited() {
-		t.Fatalf("relay exited before the end of the case; log:\n%s", relay.Logs())
-	}
-	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
-		t.Errorf("%s = %v (%v): JetStream dropped publishes of events it already held; the relay promises none", relaytest.DuplicateAcksMetric, n, err)
-	}
-	relay.Drain(30 * time.Second)
-	x.Workload = w
-	res := env.CheckWith(x)
-	t.Logf("check: %s", res)
-	return res
-}
-
-// requireLog fails the test unless the relay logged substr at least n
-// times: the recovery path the case is about ran.
-func requireLog(t *testing.T, r *relaytest.Relay, substr string, n int) {
-	t.Helper()
-	if got := r.CountLog(substr); got < n {
-		t.Errorf("the relay logged %q %d times, want at least %d: the recovery path this case is about did not run", substr, got, n)
-	}
-}
-
-// waitLogCount waits until the relay logged substr at least n times.
-func waitLogCount(t *testing.T, r *relaytest.Relay, substr string, n int, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for r.CountLog(substr) < n {
-		if time.Now().After(deadline) || r.Exited() {
-			t.Fatalf("the relay logged %q %d times within %s, want %d; log:\n%s", substr, r.CountLog(substr), timeout, n, r.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// logNumber returns the number field of the relay's first log line with
-// message msg, and whether there is one.
-func logNumber(r *relaytest.Relay, msg, field string) (float64, bool) {
-	for _, line := range strings.Split(r.Logs(), "\n") {
-		var entry map[string]any
-		if json.Unmarshal([]byte(line), &entry) != nil || entry["message"] != msg {
-			continue
-		}
-		n, ok := entry[field].(float64)
-		return n, ok
-	}
-	return 0, false
-}
-
-func waitLong(short, long time.Duration) time.Duration {
-	if testing.Short() {
-		return short
-	}
-	return long
-}
+// The Postgres side gave way to a shutdown the relay could not confirm
+// (the other recovery log lines are relaytest's: LogStreaming...).
+const logReleased = "released the replication connection so Postgres can shut down"
 
 // TestFaultRelayKilledRepeatedly: SIGKILL 20 times (10 with -short), each with publishes in
 // flight or at a random instant of start-up, once in the middle of
 // publishing a 100,000-row transaction. The restarted relays skip what
 // the stream already holds.
 func TestFaultRelayKilledRepeatedly(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	logFrom := len(env.ClusterLog())
 	// Default flags: replaying the big transaction keeps a relay busy for
 	// longer than wal_sender_timeout (5 s here); the relay caps its status
 	// interval at half of it by itself.
 	var flags []string
-	first := startRelay(t, env, flags...)
-	first.WaitLog(logStreaming, faultWait)
-	w, stop := load(t, env)
-	w.WaitTx(t, 20, faultWait)
-	inFlight(t, env, first, 1000)
+	first := suite.StartRelay(t, env, flags...)
+	first.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 20, relaytest.FaultWait)
+	relaytest.InFlight(t, env, first, 1000)
 	first.Kill()
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	bigDone := make(chan error, 1)
@@ -164,7 +66,7 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 		if i > 0 {
 			t.Logf("kill %d at %s", i, time.Since(began).Round(100*time.Millisecond))
 		}
-		relay := startRelay(t, env, flags...)
+		relay := suite.StartRelay(t, env, flags...)
 		relays = append(relays, relay)
 		if i == bigAt {
 			// One statement: committed within a second or two.
@@ -186,7 +88,7 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 					t.Fatalf("the relay stored %d events of the big transaction in 2m", env.CountStored()-before)
 				}
 			}
-			relay.WaitInFlight(faultWait)
+			relay.WaitInFlight(relaytest.FaultWait)
 			relay.Kill()
 			inFlightKills = append(inFlightKills, i)
 		case i%5 == 4:
@@ -194,31 +96,31 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 			time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
 			relay.Kill()
 		default:
-			relay.WaitLog(logStreaming, faultWait)
+			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 			if i == bigAt+2 {
 				// Past the big transaction first: a relay killed before the
 				// slot confirmed it leaves the next one to read 100,000
 				// stored events and replay the transaction again, at length.
 				env.WaitSlotCaughtUp(3 * time.Minute)
 			}
-			inFlight(t, env, relay, 200+rng.Intn(1300))
+			relaytest.InFlight(t, env, relay, 200+rng.Intn(1300))
 			relay.Kill()
 			inFlightKills = append(inFlightKills, i)
 		}
 	}
 	t.Logf("kill %d at %s", kills, time.Since(began).Round(100*time.Millisecond))
 	stop()
-	last := startRelay(t, env, flags...)
+	last := suite.StartRelay(t, env, flags...)
 	relays = append(relays, last)
-	last.WaitLog(logStreaming, faultWait)
-	settle(t, env, last, w, relaytest.Expect{MinTx: 100})
+	last.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.Settle(t, env, last, w, relaytest.Expect{MinTx: 100})
 
 	// A relay killed with publishes in flight leaves events in the stream
 	// beyond the slot's position; the next relay that streams must skip
 	// them. After the big transaction's kill there are thousands.
 	skipped := 0
 	for _, i := range inFlightKills {
-		if next := nextStreaming(relays[i+1:]); next != nil && next.CountLog(logSkipStored) > 0 {
+		if next := nextStreaming(relays[i+1:]); next != nil && next.CountLog(relaytest.LogSkipStored) > 0 {
 			skipped++
 		}
 	}
@@ -227,7 +129,7 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	// with -short, where the last relay is relays[10]).
 	if next := nextStreaming(relays[bigAt+2:]); next == nil {
 		t.Error("no relay streamed after the kill in the big transaction")
-	} else if n, ok := logNumber(next, "the stream already holds events the slot will replay: skipping exactly those", "events"); !ok || n < 1000 {
+	} else if n, ok := relaytest.LogNumber(next, "the stream already holds events the slot will replay: skipping exactly those", "events"); !ok || n < 1000 {
 		t.Errorf("after the kill in the big transaction the next relay skipped %v stored events (logged: %v), want thousands", n, ok)
 	}
 	if skipped < len(inFlightKills)/2 {
@@ -267,7 +169,7 @@ func walsenderTimeouts(env *relaytest.Env, from int) []string {
 // nextStreaming returns the first relay of rs that streamed.
 func nextStreaming(rs []*relaytest.Relay) *relaytest.Relay {
 	for _, r := range rs {
-		if strings.Contains(r.Logs(), logStreaming) {
+		if strings.Contains(r.Logs(), relaytest.LogStreaming) {
 			return r
 		}
 	}
@@ -281,21 +183,21 @@ func nextStreaming(rs []*relaytest.Relay) *relaytest.Relay {
 // stream, republishes in order, and the slot catches up.
 func TestFaultNATSStopped(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog(logStreaming, faultWait)
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
 	env.WaitStored(1, 10*time.Second)
 	pid := walsenderPID(t, env)
 	logFrom := len(env.ClusterLog())
-	w, stop := load(t, env)
-	w.WaitTx(t, 30, faultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 30, relaytest.FaultWait)
 
-	inFlight(t, env, relay, 2000)
+	relaytest.InFlight(t, env, relay, 2000)
 	env.NATS.Stop()
 	first := env.Tx(relaytest.NewRow("order", "2", "during.outage", `{}`))[0]
 	var highest pglogrepl.LSN
-	for end := time.Now().Add(waitLong(10*time.Second, 60*time.Second)); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+	for end := time.Now().Add(relaytest.WaitLong(10*time.Second, 60*time.Second)); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		highest = max(highest, env.SlotInfo().ConfirmedFlush)
 	}
 	if got := walsenderPID(t, env); got != pid {
@@ -307,17 +209,17 @@ func TestFaultNATSStopped(t *testing.T) {
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitLogCount(t, relay, logOutageOver, 1, faultWait)
-	w.WaitTx(t, 20, faultWait)
+	relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, 1, relaytest.FaultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
 	if n := relay.CountLog("still not accepting"); n > 8 {
 		t.Errorf("%d retry log lines in one outage: the log floods", n)
 	}
-	settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
+	relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
 	// The first event written during the outage committed at this LSN:
 	// confirming beyond it while it was unacknowledged would have told
 	// Postgres it could be skipped.
-	commit, err := pglogrepl.ParseLSN(storedByID(t, env)[first].Header.Get(sink.HeaderCommitLSN))
+	commit, err := pglogrepl.ParseLSN(relaytest.StoredByID(t, env)[first].Header.Get(sink.HeaderCommitLSN))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,31 +234,15 @@ func TestFaultNATSStopped(t *testing.T) {
 // republished event: the relay finds it in the stream.
 func TestFaultNATSKilled(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	nats := relaytest.StartNATSProcess(t, relayBin, true)
+	env := suite.NewEnv(t)
+	nats := relaytest.StartNATSProcess(t, suite.NATS, true)
 	env.UseNATS(nats.URL())
-	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog(logStreaming, faultWait)
-	w, stop := load(t, env)
-	killNATSTwice(t, env, relay, w, nats)
+	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	relaytest.KillNATSTwice(t, env, relay, w, nats)
 	stop()
-	settle(t, env, relay, w, relaytest.Expect{MinTx: 80})
-}
-
-// killNATSTwice SIGKILLs the NATS server twice with publishes in flight,
-// restarts it from its store after 3 s, and requires the relay's log to
-// say the outage is over after each.
-func killNATSTwice(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, nats *relaytest.NATSProcess) {
-	t.Helper()
-	for i := 1; i <= 2; i++ {
-		w.WaitTx(t, 30, faultWait)
-		inFlight(t, env, relay, 2000)
-		nats.Kill()
-		time.Sleep(3 * time.Second) // the outage
-		nats.Start()
-		waitLogCount(t, relay, logOutageOver, i, faultWait)
-	}
-	w.WaitTx(t, 20, faultWait)
+	relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 80})
 }
 
 // TestFaultPostgresCrash: Postgres stops (fast) or is killed (immediate
@@ -367,11 +253,11 @@ func TestFaultPostgresCrash(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cluster := relaytest.PrivateCluster(t, nil)
 			env := relaytest.NewEnv(t, cluster)
-			relay := startRelay(t, env)
-			relay.WaitLog(logStreaming, faultWait)
-			w, stop := load(t, env)
-			w.WaitTx(t, 30, faultWait)
-			inFlight(t, env, relay, 2000)
+			relay := suite.StartRelay(t, env)
+			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+			w, stop := relaytest.Load(t, env)
+			w.WaitTx(t, 30, relaytest.FaultWait)
+			relaytest.InFlight(t, env, relay, 2000)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := cluster.Stop(ctx, mode); err != nil {
@@ -381,10 +267,10 @@ func TestFaultPostgresCrash(t *testing.T) {
 			if err := cluster.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitLogCount(t, relay, logStreaming, 2, faultWait)
-			w.WaitTx(t, 20, faultWait)
+			relaytest.WaitLogCount(t, relay, relaytest.LogStreaming, 2, relaytest.FaultWait)
+			w.WaitTx(t, 20, relaytest.FaultWait)
 			stop()
-			settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
+			relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
 		})
 	}
 }
@@ -399,13 +285,13 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cluster := relaytest.PrivateCluster(t, nil)
 			env := relaytest.NewEnv(t, cluster)
-			relay := startRelay(t, env, "--ack-timeout", "1s", "--window", window)
-			relay.WaitLog(logStreaming, faultWait)
-			w, stop := load(t, env)
-			w.WaitTx(t, 30, faultWait)
-			inFlight(t, env, relay, 500)
+			relay := suite.StartRelay(t, env, "--ack-timeout", "1s", "--window", window)
+			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+			w, stop := relaytest.Load(t, env)
+			w.WaitTx(t, 30, relaytest.FaultWait)
+			relaytest.InFlight(t, env, relay, 500)
 			env.NATS.Stop()
-			relay.WaitLog("publish failed", faultWait) // the relay is blocked on NATS
+			relay.WaitLog("publish failed", relaytest.FaultWait) // the relay is blocked on NATS
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			started := time.Now()
@@ -419,52 +305,17 @@ func TestFaultPostgresStopWhileNATSDown(t *testing.T) {
 			if err := env.NATS.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitLogCount(t, relay, logOutageOver, 1, faultWait)
-			w.WaitTx(t, 20, faultWait)
+			relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, 1, relaytest.FaultWait)
+			w.WaitTx(t, 20, relaytest.FaultWait)
 			stop()
-			requireLog(t, relay, logReleased, 1)
-			settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
+			relaytest.RequireLog(t, relay, logReleased, 1)
+			relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 50})
 			if took > 20*time.Second {
 				t.Errorf("fast shutdown took %s with the relay blocked", took)
 			}
 			t.Logf("fast shutdown with NATS down took %s", took.Round(time.Millisecond))
 		})
 	}
-}
-
-// proxySide puts a proxy the test can cut between the relay and one
-// side, "nats" or "postgres".
-func proxySide(t *testing.T, env *relaytest.Env, side string) *relaytest.Proxy {
-	t.Helper()
-	if side == "nats" {
-		proxy := relaytest.StartProxy(t, strings.TrimPrefix(env.NATSURL, "nats://"))
-		env.RelayNATS = "nats://" + proxy.Addr()
-		return proxy
-	}
-	proxy := relaytest.StartProxy(t, env.PGAddr())
-	env.RelayPG = env.PGURLVia(proxy.Addr())
-	return proxy
-}
-
-// cutThenPartition resets the connection behind proxy for 3 s, then
-// blackholes it (nothing passes, no reset), each with publishes in
-// flight, and requires the relay's log to say recovered after each.
-func cutThenPartition(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, proxy *relaytest.Proxy, recovered string) {
-	t.Helper()
-	base := relay.CountLog(recovered)
-	w.WaitTx(t, 30, faultWait)
-	inFlight(t, env, relay, 2000)
-	proxy.Cut()
-	time.Sleep(3 * time.Second) // the outage
-	proxy.Restore()
-	waitLogCount(t, relay, recovered, base+1, faultWait)
-	w.WaitTx(t, 20, faultWait)
-	inFlight(t, env, relay, 2000)
-	proxy.Blackhole()
-	time.Sleep(waitLong(15*time.Second, 25*time.Second)) // the partition
-	proxy.Restore()
-	waitLogCount(t, relay, recovered, base+2, faultWait)
-	w.WaitTx(t, 20, faultWait)
 }
 
 // TestFaultNetwork: the connection between relay and NATS, then between
@@ -474,18 +325,18 @@ func TestFaultNetwork(t *testing.T) {
 	for _, side := range []string{"nats", "postgres"} {
 		t.Run(side, func(t *testing.T) {
 			t.Parallel()
-			env := newEnv(t)
-			proxy := proxySide(t, env, side)
-			recovered := logOutageOver // NATS side: the Publisher's recovery
+			env := suite.NewEnv(t)
+			proxy := relaytest.ProxySide(t, env, side)
+			recovered := relaytest.LogOutageOver // NATS side: the Publisher's recovery
 			if side == "postgres" {
-				recovered = logStreaming // a new session
+				recovered = relaytest.LogStreaming // a new session
 			}
-			relay := startRelay(t, env, "--ack-timeout", "2s")
-			relay.WaitLog(logStreaming, faultWait)
-			w, stop := load(t, env)
-			cutThenPartition(t, env, relay, w, proxy, recovered)
+			relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
+			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+			w, stop := relaytest.Load(t, env)
+			relaytest.CutThenPartition(t, env, relay, w, proxy, recovered)
 			stop()
-			settle(t, env, relay, w, relaytest.Expect{MinTx: 150})
+			relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 150})
 		})
 	}
 }
@@ -495,7 +346,7 @@ func TestFaultNetwork(t *testing.T) {
 // limit is raised.
 func TestFaultStreamFull(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
@@ -503,10 +354,10 @@ func TestFaultStreamFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog(logStreaming, faultWait)
-	w, stop := load(t, env)
-	relay.WaitLog("maximum messages exceeded", faultWait)
+	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	relay.WaitLog("maximum messages exceeded", relaytest.FaultWait)
 	if !strings.Contains(relay.Logs(), "raise max_msgs") {
 		t.Error("the relay does not say how to get the stream moving again")
 	}
@@ -521,10 +372,10 @@ func TestFaultStreamFull(t *testing.T) {
 	if _, err := env.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitLogCount(t, relay, logOutageOver, 1, faultWait)
-	w.WaitTx(t, 20, faultWait)
+	relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, 1, relaytest.FaultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
-	settle(t, env, relay, w, relaytest.Expect{MinTx: 40})
+	relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 40})
 }
 
 // TestFaultClusterLeaderKilled: a 3-node JetStream cluster (nats-server
@@ -535,11 +386,11 @@ func TestFaultStreamFull(t *testing.T) {
 // stored (the result counts it).
 func TestFaultClusterLeaderKilled(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	cluster := relaytest.StartNATSCluster(t, 3)
 	env.UseNATS(cluster.URLs())
 	var stream jetstream.Stream
-	for deadline := time.Now().Add(faultWait); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(relaytest.FaultWait); ; time.Sleep(200 * time.Millisecond) {
 		// The cluster may still be meeting its peers.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var err error
@@ -553,10 +404,10 @@ func TestFaultClusterLeaderKilled(t *testing.T) {
 			t.Fatalf("create an R3 stream: %v", err)
 		}
 	}
-	relay := startRelay(t, env, "--ack-timeout", "2s")
-	relay.WaitLog(logStreaming, faultWait)
-	w, stop := load(t, env)
-	w.WaitTx(t, 30, faultWait)
+	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 30, relaytest.FaultWait)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	info, err := stream.Info(ctx)
@@ -564,15 +415,15 @@ func TestFaultClusterLeaderKilled(t *testing.T) {
 		t.Fatalf("stream info: %v", err)
 	}
 	leader := cluster.Index(info.Cluster.Leader)
-	inFlight(t, env, relay, 2000)
+	relaytest.InFlight(t, env, relay, 2000)
 	t.Logf("killing stream leader %s (SIGKILL)", info.Cluster.Leader)
 	cluster.Kill(leader)
 	time.Sleep(5 * time.Second) // the node is down
 	cluster.Start(leader)
-	waitLogCount(t, relay, logOutageOver, 1, faultWait)
-	w.WaitTx(t, 20, faultWait)
+	relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, 1, relaytest.FaultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
-	res := settle(t, env, relay, w, relaytest.Expect{MinTx: 50, Reordered: true})
+	res := relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 50, Reordered: true})
 	if res.OutOfOrder() > 0 {
 		t.Logf("%d events stored out of commit order (the documented case of a stream leader change): %v", res.OutOfOrder(), res.Inversions)
 	}
