@@ -3,8 +3,6 @@ package faults
 import (
 	"testing"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // TestIdleOutboxBusyTables: while the outbox is idle and other tables are
@@ -31,13 +29,4 @@ func TestIdleOutboxBusyTables(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func walsenderPID(t *testing.T, env *relaytest.Env) int32 {
-	t.Helper()
-	info := env.SlotInfo()
-	if !info.Active {
-		t.Fatal("slot is not active")
-	}
-	return info.ActivePID
 }
