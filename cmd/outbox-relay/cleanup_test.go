@@ -15,9 +15,9 @@ import (
 // the retry the next cleanup deletes it. --dry-run prints the counts and
 // deletes nothing.
 func TestCleanupKeepsDeadLetters(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.Exec(`ALTER TABLE outbox_events ALTER COLUMN payload DROP NOT NULL`)
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	plain := env.Tx(relaytest.NewRow("order", "1", "a", `{}`), relaytest.NewRow("order", "1", "b", `{}`))
 	var dead string
@@ -29,14 +29,14 @@ func TestCleanupKeepsDeadLetters(t *testing.T) {
 	env.WaitSlotCaughtUp(time.Minute)
 
 	args := append([]string{"cleanup", "--retention", "0s", "--wait", "1m"}, "--pg-url", env.PGURL, "--slot", env.Slot, "--table", env.Table.String(), "--log-format", "json")
-	out, err := runCLI(t, append(args, "--dry-run")...)
+	out, err := suite.Relay.RunCLI(t, append(args, "--dry-run")...)
 	if err != nil || !strings.Contains(out, "would delete: 2 rows") || !strings.Contains(out, "kept: 1 dead letters") {
 		t.Fatalf("cleanup --dry-run (%v):\n%s", err, out)
 	}
 	if n := countRows(t, env); n != 3 {
 		t.Fatalf("the dry run left %d rows, want 3", n)
 	}
-	if out, err = runCLI(t, args...); err != nil || !strings.Contains(out, "deleted: 2 rows") {
+	if out, err = suite.Relay.RunCLI(t, args...); err != nil || !strings.Contains(out, "deleted: 2 rows") {
 		t.Fatalf("cleanup (%v):\n%s", err, out)
 	}
 	if n := countRows(t, env); n != 1 {
@@ -45,10 +45,10 @@ func TestCleanupKeepsDeadLetters(t *testing.T) {
 
 	env.Exec(`UPDATE outbox_events SET payload = '{"fixed": true}' WHERE id = $1`, dead)
 	retry := append([]string{"dlq", "retry", "--id", dead}, env.ToolArgs()...)
-	if out, err := runCLI(t, retry...); err != nil {
+	if out, err := suite.Relay.RunCLI(t, retry...); err != nil {
 		t.Fatalf("dlq retry after cleanup: %v\n%s", err, out)
 	}
-	if out, err = runCLI(t, args...); err != nil || !strings.Contains(out, "deleted: 1 rows") {
+	if out, err = suite.Relay.RunCLI(t, args...); err != nil || !strings.Contains(out, "deleted: 1 rows") {
 		t.Fatalf("cleanup after the retry (%v):\n%s", err, out)
 	}
 }

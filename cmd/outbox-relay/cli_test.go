@@ -19,23 +19,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
-// runCLI runs one outbox-relay command to completion.
-func runCLI(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(relayBin.Path, args...)
-	cmd.Env = append(cmd.Environ(), relayBin.Env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // TestMigrateAndLeastPrivilege: migrate is idempotent, creates a role that
 // can run the relay with nothing more than it needs, and status reports
 // the slot and the last event. The relay runs as that role (its walsender
 // is the role's), with a real password the server requires, and the
 // password appears nowhere in the relay's output or metrics.
 func TestMigrateAndLeastPrivilege(t *testing.T) {
-	env := newEnv(t) // already migrated once
-	out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--relay-role", "relay_role", "--log-format", "json")
+	env := suite.NewEnv(t) // already migrated once
+	out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--relay-role", "relay_role", "--log-format", "json")
 	if err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
@@ -57,7 +48,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	requirePassword(t, env, "relay_role", strings.Replace(url, password, "wrong"+password, 1))
 
 	args := append(env.RelayArgs(), "--pg-url", url)
-	relay := relaytest.StartRelay(t, relayBin, append([]string{"run"}, args...)...)
+	relay := relaytest.StartRelay(t, suite.Relay, append([]string{"run"}, args...)...)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	var walsenderUser string
 	if err := env.Pool.QueryRow(t.Context(), `SELECT r.usename FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
@@ -68,7 +59,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	env.WaitStored(1, 30*time.Second)
 	env.Check()
 
-	out, err = runCLI(t, append([]string{"status", "--json"}, env.ToolArgs()...)...)
+	out, err = suite.Relay.RunCLI(t, append([]string{"status", "--json"}, env.ToolArgs()...)...)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
@@ -79,7 +70,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if !st.Exists || !st.Active || st.WALStatus != "reserved" || st.LastEvent == nil || st.LastEvent.ID != id || st.StreamMessages != 1 {
 		t.Errorf("status = %+v", st)
 	}
-	out, err = runCLI(t, append([]string{"status"}, env.ToolArgs()...)...)
+	out, err = suite.Relay.RunCLI(t, append([]string{"status"}, env.ToolArgs()...)...)
 	if err != nil || !strings.Contains(out, "active             yes, pid") || !strings.Contains(out, id) {
 		t.Errorf("status text (%v):\n%s", err, out)
 	}
@@ -87,7 +78,7 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopRelay(t, relay)
+	relaytest.StopRelay(t, relay)
 	if strings.Contains(relay.Logs(), password) || strings.Contains(metrics, password) {
 		t.Errorf("the relay's password appears in its output or metrics:\n%s", relay.Logs())
 	}
@@ -227,12 +218,12 @@ func TestBenchCommand(t *testing.T) {
 // start-up exits 0 and says so; --cpu-profile writes its profile.
 func TestStopDuringStartup(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.RelayNATS = "nats://127.0.0.1:1" // nothing listens there
 	dir := t.TempDir()
-	r := startRelay(t, env, "--cpu-profile", filepath.Join(dir, "cpu-{pid}.prof"))
+	r := suite.StartRelay(t, env, "--cpu-profile", filepath.Join(dir, "cpu-{pid}.prof"))
 	r.WaitLog("NATS is not reachable yet", 30*time.Second)
-	stopRelay(t, r)
+	relaytest.StopRelay(t, r)
 	if !strings.Contains(r.Logs(), "stopped during start-up") {
 		t.Errorf("the relay did not say it stopped during start-up:\n%s", r.Logs())
 	}
@@ -243,7 +234,7 @@ func TestStopDuringStartup(t *testing.T) {
 	if st, err := os.Stat(profiles[0]); err != nil || st.Size() == 0 {
 		t.Errorf("--cpu-profile wrote an empty profile (%v)", err)
 	}
-	if out, err := runCLI(t, append([]string{"run", "--max-procs=-1"}, env.RelayArgs()...)...); err == nil || !strings.Contains(out, "--max-procs -1") {
+	if out, err := suite.Relay.RunCLI(t, append([]string{"run", "--max-procs=-1"}, env.RelayArgs()...)...); err == nil || !strings.Contains(out, "--max-procs -1") {
 		t.Errorf("run --max-procs -1 (%v):\n%s", err, out)
 	}
 }

@@ -51,10 +51,10 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 		t.Fatalf("only %d metric names found in the rules and the dashboard: %v", len(used), used)
 	}
 
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	keepWAL(t, env)
 	env.Exec(`ALTER TABLE outbox_events ALTER COLUMN payload DROP NOT NULL`)
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
 	env.Tx(relaytest.NewRow("order", "2", "created", `{}`))
@@ -120,13 +120,13 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 // TestBuildInfoAndVersion: --version prints the build, and the relay
 // serves the same build as outbox_relay_build_info.
 func TestBuildInfoAndVersion(t *testing.T) {
-	out, err := runCLI(t, "--version")
+	out, err := suite.Relay.RunCLI(t, "--version")
 	want := readBuildInfo()
 	if err != nil || strings.TrimSpace(out) != want.String() || !strings.Contains(out, runtime.Version()) {
 		t.Fatalf("--version (%v): %q, want %q", err, out, want.String())
 	}
-	env := newEnv(t)
-	relay := startRelay(t, env)
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("serving /metrics", 30*time.Second)
 	series := fmt.Sprintf(`outbox_relay_build_info{go_version=%q,revision=%q,version=%q}`, want.GoVersion, want.Revision, want.Version)
 	if v, err := relay.Metric(series); err != nil || v != 1 {

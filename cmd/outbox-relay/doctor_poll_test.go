@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
 )
 
 // pollChecks are the findings doctor --source poll adds.
@@ -32,7 +33,7 @@ func pollRole(t *testing.T, env *relaytest.Env, name string) string {
 		_, _ = env.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
 		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
 	})
-	if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--source", "poll", "--relay-role", role); err != nil {
+	if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--source", "poll", "--relay-role", role); err != nil {
 		t.Fatalf("migrate --source poll --relay-role (%v):\n%s", err, out)
 	}
 	url := strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
@@ -46,7 +47,7 @@ func pollRole(t *testing.T, env *relaytest.Env, name string) string {
 func requireSilent(t *testing.T, rep doctor.Report, checks []string, out string) {
 	t.Helper()
 	for _, c := range checks {
-		if len(findingOf(rep, c, doctor.OK))+len(findingOf(rep, c, doctor.Info)) == 0 || len(findingOf(rep, c, doctor.Warn))+len(findingOf(rep, c, doctor.Error)) > 0 {
+		if len(doctortest.FindingOf(rep, c, doctor.OK))+len(doctortest.FindingOf(rep, c, doctor.Info)) == 0 || len(doctortest.FindingOf(rep, c, doctor.Warn))+len(doctortest.FindingOf(rep, c, doctor.Error)) > 0 {
 			t.Errorf("%s is not ok on a good polling setup:\n%s", c, out)
 		}
 	}
@@ -58,25 +59,25 @@ func requireSilent(t *testing.T, rep doctor.Report, checks []string, out string)
 // with the polling relay running; the WAL relay's checks are not made.
 func TestDoctorPollGoodSetup(t *testing.T) {
 	t.Parallel()
-	env := pollEnv(t, newEnv(t))
-	if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--notify"); err != nil {
+	env := suite.PollEnv(t, suite.NewEnv(t))
+	if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--notify"); err != nil {
 		t.Fatalf("migrate --notify (%v):\n%s", err, out)
 	}
 	env.Tx(relaytest.NewRow("order", "1", "created", `{"n": 1}`))
 	poll := []string{"--source", "poll", "--notify"}
-	rep, code, out := runDoctor(t, env, poll...)
+	rep, code, out := doctortest.Run(t, suite.Relay, env, poll...)
 	if code != 0 || rep.Errors+rep.Warnings != 0 {
 		t.Fatalf("doctor --source poll on a good setup: exit %d, %d errors, %d warnings:\n%s", code, rep.Errors, rep.Warnings, out)
 	}
 	requireSilent(t, rep, pollChecks, out)
 	for _, c := range walChecks {
-		if fs := append(findingOf(rep, c, doctor.OK), append(findingOf(rep, c, doctor.Warn), findingOf(rep, c, doctor.Error)...)...); len(fs) > 0 {
+		if fs := append(doctortest.FindingOf(rep, c, doctor.OK), append(doctortest.FindingOf(rep, c, doctor.Warn), doctortest.FindingOf(rep, c, doctor.Error)...)...); len(fs) > 0 {
 			t.Errorf("doctor --source poll made the WAL relay's check %s:\n%s", c, out)
 		}
 	}
 
 	url := pollRole(t, env, "doctorpoll")
-	rep, code, out = runDoctor(t, env, append(poll, "--pg-url", url)...)
+	rep, code, out = doctortest.Run(t, suite.Relay, env, append(poll, "--pg-url", url)...)
 	if code != 0 || rep.Errors+rep.Warnings != 0 {
 		t.Fatalf("doctor --source poll as the role migrate made: exit %d:\n%s", code, out)
 	}
@@ -85,16 +86,16 @@ func TestDoctorPollGoodSetup(t *testing.T) {
 	// Running: the stream exists with the tests' 1 s window, which covers
 	// the relay's poll interval and ack timeout.
 	timing := []string{"--poll-interval", "100ms", "--ack-timeout", "500ms"}
-	relay := startRelay(t, env, append([]string{"--source", "poll"}, timing...)...)
-	relay.WaitLog(logPolling, faultWait)
+	relay := suite.StartRelay(t, env, append([]string{"--source", "poll"}, timing...)...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
 	env.WaitStored(1, 30*time.Second)
-	rep, code, out = runDoctor(t, env, append(append(poll, timing...), "--max-outage", env.DuplicateWindow.String())...)
-	if code != 0 || rep.Errors+rep.Warnings != 0 || len(findingOf(rep, "nats.stream_storage", doctor.OK)) != 1 {
+	rep, code, out = doctortest.Run(t, suite.Relay, env, append(append(poll, timing...), "--max-outage", env.DuplicateWindow.String())...)
+	if code != 0 || rep.Errors+rep.Warnings != 0 || len(doctortest.FindingOf(rep, "nats.stream_storage", doctor.OK)) != 1 {
 		t.Errorf("doctor --source poll with the relay running: exit %d:\n%s", code, out)
 	}
 	requireSilent(t, rep, pollChecks, out)
 	relay.Drain(30 * time.Second)
-	text, _, _ := runSplit(t, append(append(append([]string{"doctor"}, env.ToolArgs()...), poll...), append(timing, "--max-outage", "1s")...)...)
+	text, _, _ := suite.Relay.RunSplit(t, append(append(append([]string{"doctor"}, env.ToolArgs()...), poll...), append(timing, "--max-outage", "1s")...)...)
 	t.Logf("doctor --source poll:\n%s", text)
 }
 
@@ -138,7 +139,7 @@ func TestDoctorPollFindsBrokenSetups(t *testing.T) {
 			return []string{"--notify"}
 		}, "postgres.poll_notify", doctor.Warn, []string{"no NOTIFY trigger", "outbox-relay migrate --notify"}},
 		{"NOTIFY trigger disabled", func(t *testing.T, env *relaytest.Env) []string {
-			if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--notify"); err != nil {
+			if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--notify"); err != nil {
 				t.Fatalf("migrate --notify (%v):\n%s", err, out)
 			}
 			env.Exec(`ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_insert_notify`)
@@ -183,13 +184,13 @@ func TestDoctorPollFindsBrokenSetups(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := pollEnv(t, newEnv(t))
+			env := suite.PollEnv(t, suite.NewEnv(t))
 			extra := append([]string{"--source", "poll"}, tc.setup(t, env)...)
-			rep, code, out := runDoctor(t, env, extra...)
+			rep, code, out := doctortest.Run(t, suite.Relay, env, extra...)
 			if want := map[doctor.Severity]int{doctor.Error: 1, doctor.Warn: 0}[tc.sev]; code != want {
 				t.Errorf("exit %d, want %d", code, want)
 			}
-			got := findingOf(rep, tc.check, tc.sev)
+			got := doctortest.FindingOf(rep, tc.check, tc.sev)
 			if len(got) == 0 {
 				t.Fatalf("no %s %s:\n%s", tc.sev, tc.check, out)
 			}
@@ -205,14 +206,14 @@ func TestDoctorPollFindsBrokenSetups(t *testing.T) {
 				if c == tc.check {
 					continue
 				}
-				if bad := append(findingOf(rep, c, doctor.Warn), findingOf(rep, c, doctor.Error)...); len(bad) > 0 {
+				if bad := append(doctortest.FindingOf(rep, c, doctor.Warn), doctortest.FindingOf(rep, c, doctor.Error)...); len(bad) > 0 {
 					t.Errorf("%s fired too: %+v", c, bad)
 				}
 			}
 			if tc.check == "postgres.poll_claims" {
 				// The fix as printed repairs the setup.
 				env.Exec(got[0].Fix)
-				if rep, _, out := runDoctor(t, env, extra...); len(findingOf(rep, tc.check, doctor.OK)) != 1 {
+				if rep, _, out := doctortest.Run(t, suite.Relay, env, extra...); len(doctortest.FindingOf(rep, tc.check, doctor.OK)) != 1 {
 					t.Errorf("after the fix %s is not ok:\n%s", tc.check, out)
 				}
 			}

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,90 +13,50 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
 )
-
-// runSplit runs one outbox-relay command and returns its stdout, its
-// stderr and its exit code.
-func runSplit(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	cmd := exec.Command(relayBin.Path, args...)
-	cmd.Env = append(cmd.Environ(), relayBin.Env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("run %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
-}
-
-// runDoctor runs doctor --json against env and parses its report.
-func runDoctor(t *testing.T, env *relaytest.Env, extra ...string) (doctor.Report, int, string) {
-	t.Helper()
-	out, errOut, code := runSplit(t, append(append([]string{"doctor", "--json"}, env.ToolArgs()...), extra...)...)
-	var rep doctor.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("doctor --json does not parse (%v):\n%s\n%s", err, out, errOut)
-	}
-	return rep, code, out + errOut
-}
-
-// findingOf returns the findings of check with severity sev.
-func findingOf(rep doctor.Report, check string, sev doctor.Severity) []doctor.Finding {
-	var out []doctor.Finding
-	for _, f := range rep.Findings {
-		if f.Check == check && f.Severity == sev {
-			out = append(out, f)
-		}
-	}
-	return out
-}
 
 // TestDoctorGoodSetup: a migrated database and a NATS server pass (exit 0),
 // before the first start and with the relay streaming; the text form says
 // the same.
 func TestDoctorGoodSetup(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{"n": 1}`))
-	rep, code, out := runDoctor(t, env)
+	rep, code, out := doctortest.Run(t, suite.Relay, env)
 	if code != 0 || rep.Errors != 0 {
 		t.Fatalf("doctor on a good setup: exit %d, %d errors:\n%s", code, rep.Errors, out)
 	}
 	for _, c := range []string{"postgres.wal_level", "postgres.role", "postgres.publication", "postgres.table", "postgres.replication_slots",
 		"postgres.wal_senders", "postgres.privileges", "nats.jetstream", "nats.duplicate_window", "nats.max_message_size"} {
-		if len(findingOf(rep, c, doctor.OK)) == 0 {
+		if len(doctortest.FindingOf(rep, c, doctor.OK)) == 0 {
 			t.Errorf("no ok finding %s:\n%s", c, out)
 		}
 	}
 	// max_slot_wal_keep_size always warns (unbounded: the disk can fill;
 	// bounded: the slot can be invalidated), and --fail-on-warn turns
 	// warnings into exit 1.
-	if len(findingOf(rep, "postgres.max_slot_wal_keep_size", doctor.Warn)) != 1 {
+	if len(doctortest.FindingOf(rep, "postgres.max_slot_wal_keep_size", doctor.Warn)) != 1 {
 		t.Errorf("no warning about max_slot_wal_keep_size:\n%s", out)
 	}
-	if _, code, _ := runDoctor(t, env, "--fail-on-warn"); code != 1 {
+	if _, code, _ := doctortest.Run(t, suite.Relay, env, "--fail-on-warn"); code != 1 {
 		t.Errorf("doctor --fail-on-warn with warnings: exit %d, want 1", code)
 	}
 
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	env.WaitStored(1, 30*time.Second)
 	// The relay's stream has the tests' 1 s window: tolerate 1 s outages.
-	rep, code, out = runDoctor(t, env, "--max-outage", env.DuplicateWindow.String())
-	if code != 0 || len(findingOf(rep, "postgres.slot", doctor.OK)) != 1 || len(findingOf(rep, "nats.stream_storage", doctor.OK)) != 1 {
+	rep, code, out = doctortest.Run(t, suite.Relay, env, "--max-outage", env.DuplicateWindow.String())
+	if code != 0 || len(doctortest.FindingOf(rep, "postgres.slot", doctor.OK)) != 1 || len(doctortest.FindingOf(rep, "nats.stream_storage", doctor.OK)) != 1 {
 		t.Errorf("doctor with the relay streaming: exit %d:\n%s", code, out)
 	}
-	text, _, code := runSplit(t, append([]string{"doctor"}, append(env.ToolArgs(), "--max-outage", "1s")...)...)
+	text, _, code := suite.Relay.RunSplit(t, append([]string{"doctor"}, append(env.ToolArgs(), "--max-outage", "1s")...)...)
 	if code != 0 || !strings.Contains(text, "0 errors") || !strings.Contains(text, "is active (pid") {
 		t.Errorf("doctor text (exit %d):\n%s", code, text)
 	}
 	t.Logf("doctor:\n%s", text)
-	stopRelay(t, relay)
+	relaytest.StopRelay(t, relay)
 }
 
 // TestDoctorFindsBrokenSetups: each broken setup is reported with its fix,
@@ -168,13 +125,13 @@ func TestDoctorFindsBrokenSetups(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := newEnv(t)
+			env := suite.NewEnv(t)
 			extra := tc.setup(t, env)
-			rep, code, out := runDoctor(t, env, extra...)
+			rep, code, out := doctortest.Run(t, suite.Relay, env, extra...)
 			if code != 1 {
 				t.Errorf("exit %d, want 1", code)
 			}
-			got := findingOf(rep, tc.check, doctor.Error)
+			got := doctortest.FindingOf(rep, tc.check, doctor.Error)
 			if len(got) == 0 {
 				t.Fatalf("no error %s:\n%s", tc.check, out)
 			}
@@ -196,7 +153,7 @@ func TestDoctorClusterLimits(t *testing.T) {
 	env := relaytest.NewEnv(t, cluster)
 	env.Exec(`SELECT pg_create_physical_replication_slot('doctor_taken')`)
 	t.Cleanup(func() { _, _ = env.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('doctor_taken')`) })
-	rep, code, out := runDoctor(t, env)
+	rep, code, out := doctortest.Run(t, suite.Relay, env)
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -204,7 +161,7 @@ func TestDoctorClusterLimits(t *testing.T) {
 		"postgres.wal_level":         "ALTER SYSTEM SET wal_level = logical",
 		"postgres.replication_slots": "ALTER SYSTEM SET max_replication_slots = 3",
 	} {
-		got := findingOf(rep, check, doctor.Error)
+		got := doctortest.FindingOf(rep, check, doctor.Error)
 		if len(got) != 1 || !strings.Contains(got[0].Fix, want) {
 			t.Errorf("%s: want an error with fix %q:\n%s", check, want, out)
 		}
@@ -230,10 +187,10 @@ func startBareNATS(t *testing.T, edit func(*natsserver.Options)) string {
 // finding among the others, not the end of the report.
 func TestDoctorTableWithoutPayload(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.Exec(`ALTER TABLE outbox_events DROP COLUMN payload CASCADE`)
-	rep, code, out := runDoctor(t, env)
-	if code != 1 || len(findingOf(rep, "postgres.table", doctor.Error)) != 1 || len(findingOf(rep, "nats.jetstream", doctor.OK)) != 1 {
+	rep, code, out := doctortest.Run(t, suite.Relay, env)
+	if code != 1 || len(doctortest.FindingOf(rep, "postgres.table", doctor.Error)) != 1 || len(doctortest.FindingOf(rep, "nats.jetstream", doctor.OK)) != 1 {
 		t.Errorf("exit %d, want 1 with the table's error and the other checks:\n%s", code, out)
 	}
 }

@@ -9,11 +9,13 @@ import (
 
 // The relay under test is this test binary, re-executed: TestMain runs
 // main() when OUTBOX_RELAY_TEST_MAIN is set. The child is built with the
-// same flags (-race included) as the tests.
-var (
-	server   relaytest.Server
-	relayBin = relaytest.Binary{Path: os.Args[0], Env: []string{"OUTBOX_RELAY_TEST_MAIN=1"}}
-)
+// same flags (-race included) as the tests. It serves NATS too
+// (relaytest.ServeNATSIfAsked). The black-box tests of the binary that
+// need nothing of package main are in e2e/.
+var suite = relaytest.Suite{
+	Relay: relaytest.Binary{Path: os.Args[0], Env: []string{"OUTBOX_RELAY_TEST_MAIN=1"}},
+	NATS:  relaytest.Binary{Path: os.Args[0]},
+}
 
 func TestMain(m *testing.M) {
 	relaytest.ServeNATSIfAsked()
@@ -21,14 +23,5 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	relaytest.RunWithServer(m, &server)
-}
-
-// newEnv is a test's own database and NATS server.
-func newEnv(t *testing.T) *relaytest.Env { return relaytest.NewEnv(t, server) }
-
-// startRelay runs the relay against env with extra flags.
-func startRelay(t *testing.T, env *relaytest.Env, extra ...string) *relaytest.Relay {
-	args := append([]string{"run"}, env.RelayArgs()...)
-	return relaytest.StartRelay(t, relayBin, append(args, extra...)...)
+	relaytest.RunWithServer(m, &suite.Server)
 }

@@ -14,14 +14,14 @@ import (
 // TestMetricsAndHealth: /healthz answers, /readyz turns ready once the relay
 // streams, and /metrics counts what was published and reports the slot.
 func TestMetricsAndHealth(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	relay := startRelay(t, env, "--metrics-addr", addr, "--log-level", "debug")
+	relay := suite.StartRelay(t, env, "--metrics-addr", addr, "--log-level", "debug")
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // TestNATSFailureCauses: a NATS connection that fails says why, in the one-shot
@@ -14,7 +15,7 @@ import (
 // closed port names the refused connection.
 func TestNATSFailureCauses(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	authURL := startBareNATS(t, func(o *natsserver.Options) { o.Username, o.Password = "relay", "right-password" })
 	wrongCreds := strings.Replace(authURL, "nats://", "nats://relay:wrong-password@", 1)
 	cases := []struct{ name, url, want string }{
@@ -25,7 +26,7 @@ func TestNATSFailureCauses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, cmd := range []string{"doctor", "status"} {
-				out, errOut, code := runSplit(t, append(append([]string{cmd}, env.ToolArgs()...), "--nats-url", tc.url)...)
+				out, errOut, code := suite.Relay.RunSplit(t, append(append([]string{cmd}, env.ToolArgs()...), "--nats-url", tc.url)...)
 				if code != 2 || !strings.Contains(out+errOut, tc.want) {
 					t.Errorf("%s: exit %d, want 2 and %q:\n%s\n%s", cmd, code, tc.want, out, errOut)
 				}
@@ -34,9 +35,9 @@ func TestNATSFailureCauses(t *testing.T) {
 				}
 			}
 			env.RelayNATS = tc.url
-			relay := startRelay(t, env)
+			relay := suite.StartRelay(t, env)
 			relay.WaitLog(tc.want, 30*time.Second)
-			stopRelay(t, relay)
+			relaytest.StopRelay(t, relay)
 			if strings.Contains(relay.Logs(), "wrong-password") {
 				t.Errorf("the relay logs the NATS password:\n%s", relay.Logs())
 			}
@@ -48,9 +49,9 @@ func TestNATSFailureCauses(t *testing.T) {
 // relay's output.
 func TestFatalErrorSaidOnce(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.Exec(`DROP PUBLICATION outbox_pub`)
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	if code := relay.Wait(30 * time.Second); code == 0 {
 		t.Fatal("relay exited 0 without its publication")
 	}

@@ -51,35 +51,35 @@ func waitReadyz(t *testing.T, r *relaytest.Relay, code int, timeout time.Duratio
 // command says so; with NATS down both answer 503 and the healthcheck
 // fails.
 func TestStandbyIsReady(t *testing.T) {
-	env := newEnv(t)
-	active := startRelay(t, env)
-	active.WaitLog(logStreaming, 30*time.Second)
-	standby := startRelay(t, env)
+	env := suite.NewEnv(t)
+	active := suite.StartRelay(t, env)
+	active.WaitLog(relaytest.LogStreaming, 30*time.Second)
+	standby := suite.StartRelay(t, env)
 	standby.WaitLog("waiting as a standby", 30*time.Second)
 
 	waitReadyz(t, active, 200, 10*time.Second, "the active relay")
 	waitReadyz(t, standby, 200, 10*time.Second, "the standby")
-	if standby.CountLog(logStreaming) != 0 {
+	if standby.CountLog(relaytest.LogStreaming) != 0 {
 		t.Fatal("the standby streamed while the active relay held the slot")
 	}
 	addr, err := standby.MetricsAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCLI(t, "healthcheck", "--metrics-addr", addr); err != nil || !strings.Contains(out, "ready") {
+	if out, err := suite.Relay.RunCLI(t, "healthcheck", "--metrics-addr", addr); err != nil || !strings.Contains(out, "ready") {
 		t.Errorf("healthcheck of the standby (%v):\n%s", err, out)
 	}
-	if out, err := runCLI(t, "healthcheck", "--metrics-addr", addr, "--live"); err != nil || !strings.Contains(out, "ok") {
+	if out, err := suite.Relay.RunCLI(t, "healthcheck", "--metrics-addr", addr, "--live"); err != nil || !strings.Contains(out, "ok") {
 		t.Errorf("healthcheck --live of the standby (%v):\n%s", err, out)
 	}
 
 	env.NATS.Stop()
 	waitReadyz(t, standby, 503, 20*time.Second, "the standby with NATS down")
 	waitReadyz(t, active, 503, 20*time.Second, "the active relay with NATS down")
-	if out, err := runCLI(t, "healthcheck", "--metrics-addr", addr); err == nil || !strings.Contains(out, "503") {
+	if out, err := suite.Relay.RunCLI(t, "healthcheck", "--metrics-addr", addr); err == nil || !strings.Contains(out, "503") {
 		t.Errorf("healthcheck of the standby with NATS down (%v):\n%s", err, out)
 	}
-	if out, err := runCLI(t, "healthcheck", "--metrics-addr", addr, "--live"); err != nil {
+	if out, err := suite.Relay.RunCLI(t, "healthcheck", "--metrics-addr", addr, "--live"); err != nil {
 		t.Errorf("healthcheck --live with NATS down: the process still serves (%v):\n%s", err, out)
 	}
 }
@@ -87,15 +87,15 @@ func TestStandbyIsReady(t *testing.T) {
 // TestPGURLFile: the connection string can come from a file (a mounted
 // secret) instead of the environment; both at once are refused.
 func TestPGURLFile(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	file := filepath.Join(t.TempDir(), "pg-url")
 	if err := os.WriteFile(file, []byte(env.PGURL+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCLI(t, "migrate", "--pg-url-file", file); err != nil || !strings.Contains(out, "already up to date") {
+	if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url-file", file); err != nil || !strings.Contains(out, "already up to date") {
 		t.Errorf("migrate --pg-url-file (%v):\n%s", err, out)
 	}
-	if out, err := runCLI(t, "migrate", "--pg-url-file", file, "--pg-url", env.PGURL); err == nil || !strings.Contains(out, "both set") {
+	if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url-file", file, "--pg-url", env.PGURL); err == nil || !strings.Contains(out, "both set") {
 		t.Errorf("--pg-url with --pg-url-file (%v):\n%s", err, out)
 	}
 }

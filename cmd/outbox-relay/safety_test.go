@@ -16,8 +16,8 @@ import (
 // environment variables.
 func runCLIEnv(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(relayBin.Path, args...)
-	cmd.Env = append(append(cmd.Environ(), relayBin.Env...), env...)
+	cmd := exec.Command(suite.Relay.Path, args...)
+	cmd.Env = append(append(cmd.Environ(), suite.Relay.Env...), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -33,7 +33,7 @@ type bystander struct {
 }
 
 func newBystander(t *testing.T) *bystander {
-	b := &bystander{env: newEnv(t)}
+	b := &bystander{env: suite.NewEnv(t)}
 	b.tables = b.count(t, `SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'p') AND relnamespace::regnamespace::text NOT IN ('pg_catalog', 'information_schema')`)
 	b.streams = b.streamNames(t)
 	b.vars = []string{"OUTBOX_PG_URL=" + b.env.PGURL, "OUTBOX_NATS_URL=" + b.env.NATSURL}
@@ -87,7 +87,7 @@ func (b *bystander) requireUntouched(t *testing.T, tool string) {
 func TestBenchRefusesExistingDB(t *testing.T) {
 	t.Parallel()
 	b := newBystander(t)
-	out, err := runCLI(t, "bench", "--pg-url", b.env.PGURL, "--nats-url", b.env.NATSURL, "--events", "100", "--big", "0", "--cold", "0", "--baseline", "0")
+	out, err := suite.Relay.RunCLI(t, "bench", "--pg-url", b.env.PGURL, "--nats-url", b.env.NATSURL, "--events", "100", "--big", "0", "--cold", "0", "--baseline", "0")
 	if err == nil || !strings.Contains(out, "--allow-existing-db") {
 		t.Errorf("bench --pg-url without --allow-existing-db (%v):\n%s", err, out)
 	}

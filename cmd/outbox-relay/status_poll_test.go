@@ -15,10 +15,10 @@ import (
 // dead letters, and exits 1 once the oldest pending row is older than
 // --max-lag-age.
 func TestPollStatus(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
+	env := suite.PollEnv(t, suite.NewEnv(t))
 	status := func(extra ...string) (inspect.Report, int, string) {
 		t.Helper()
-		out, errOut, code := runSplit(t, append(append([]string{"status", "--source", "poll", "--json"}, env.ToolArgs()...), extra...)...)
+		out, errOut, code := suite.Relay.RunSplit(t, append(append([]string{"status", "--source", "poll", "--json"}, env.ToolArgs()...), extra...)...)
 		var r inspect.Report
 		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Poll == nil {
 			t.Fatalf("status --source poll --json does not parse or has no poll section (%v), exit %d:\n%s\n%s", err, code, out, errOut)
@@ -30,9 +30,9 @@ func TestPollStatus(t *testing.T) {
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))
 	env.Exec(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
 		VALUES ('order', '2', 'created', '{}', '{"Nats-Msg-Id": "forged"}')`)
-	relay := startRelay(t, env, append(pollArgs, "--poll-max-attempts", "1")...)
-	relay.WaitLog(logPolling, faultWait)
-	for deadline := time.Now().Add(faultWait); pendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
+	relay := suite.StartRelay(t, env, append(relaytest.PollArgs, "--poll-max-attempts", "1")...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	for deadline := time.Now().Add(relaytest.FaultWait); relaytest.PendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || relay.Exited() {
 			t.Fatalf("rows still pending; log:\n%s", relay.Logs())
 		}
@@ -58,7 +58,7 @@ func TestPollStatus(t *testing.T) {
 	if _, code, out := status("--max-lag-age", "1h"); code != 0 {
 		t.Errorf("status --max-lag-age 1h: exit %d, want 0:\n%s", code, out)
 	}
-	text, _, code := runSplit(t, append([]string{"status", "--source", "poll"}, env.ToolArgs()...)...)
+	text, _, code := suite.Relay.RunSplit(t, append([]string{"status", "--source", "poll"}, env.ToolArgs()...)...)
 	if code != 0 || !strings.Contains(text, "2 rows") || !strings.Contains(text, "1 waiting for a retry") || strings.Contains(text, "slot") {
 		t.Errorf("status --source poll text: exit %d:\n%s", code, text)
 	}

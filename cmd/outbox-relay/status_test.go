@@ -19,10 +19,10 @@ import (
 // and servers that cannot be reached.
 func TestStatusExitCodes(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	status := func(extra ...string) (inspect.Report, int, string) {
 		t.Helper()
-		out, errOut, code := runSplit(t, append(append([]string{"status", "--json"}, env.ToolArgs()...), extra...)...)
+		out, errOut, code := suite.Relay.RunSplit(t, append(append([]string{"status", "--json"}, env.ToolArgs()...), extra...)...)
 		var r inspect.Report
 		if code != 2 {
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
@@ -74,10 +74,10 @@ func TestStatusExitCodes(t *testing.T) {
 // Ctrl-C (SIGINT).
 func TestStatusWatch(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	relay := startRelay(t, env)
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
-	watch := relaytest.StartRelay(t, relayBin, append([]string{"status", "--watch", "--interval", "200ms"}, env.ToolArgs()...)...)
+	watch := relaytest.StartRelay(t, suite.Relay, append([]string{"status", "--watch", "--interval", "200ms"}, env.ToolArgs()...)...)
 	watch.WaitLog(`slot="active pid`, 30*time.Second)
 	for i := range 20 {
 		env.Tx(relaytest.NewRow("order", "1", "created", `{"n": `+string(rune('0'+i%10))+`}`))
@@ -102,7 +102,7 @@ func TestStatusWatch(t *testing.T) {
 	if strings.Contains(logs, "\x1b[") || !strings.Contains(logs, "last_event=") || !strings.Contains(logs, "dead_letters=\"0 not retried\"") {
 		t.Errorf("watch output without a terminal:\n%s", logs)
 	}
-	stopRelay(t, relay)
+	relaytest.StopRelay(t, relay)
 }
 
 // hasRate reports whether a watch line shows a positive rate.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,17 +95,13 @@ cluster {
 func buildNATSServer(t testing.TB) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "nats-server")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	args := []string{"build", "-o", exe}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/nats-io/nats-server/v2")
 	started := time.Now()
-	if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(goTool(), args...).CombinedOutput(); err != nil {
 		t.Fatalf("build nats-server (go %s): %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("built nats-server in %s", time.Since(started).Round(time.Millisecond))

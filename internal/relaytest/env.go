@@ -367,16 +367,19 @@ func firstLine(s string) string {
 // tests create their databases in (OpenServer) into *srv, runs them, closes
 // the server and exits with their code. Without Postgres the tests fail,
 // never skip.
-func RunWithServer(m *testing.M, srv *Server) {
+func RunWithServer(m *testing.M, srv *Server) { os.Exit(runWithServer(m, srv)) }
+
+// runWithServer is RunWithServer without the exit: it returns the code.
+func runWithServer(m *testing.M, srv *Server) int {
 	s, closeServer, err := OpenServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.Exit(1)
+		return 1
 	}
 	*srv = s
 	code := m.Run()
 	closeServer()
-	os.Exit(code)
+	return code
 }
 
 // OpenServer returns the Postgres a test binary creates its databases in:

@@ -23,8 +23,11 @@ type NemesisConfig struct {
 	// Cluster is Env's Postgres, private to the test: it is stopped and
 	// started.
 	Cluster *devenv.Postgres
-	// Relay is the relay binary; it also serves NATS (see ServeNATSIfAsked).
+	// Relay is the relay binary.
 	Relay Binary
+	// NATS serves nats-server in a child process: the test binary, whose
+	// TestMain calls ServeNATSIfAsked (Suite.NATS).
+	NATS Binary
 	// RelayFlags are added to `run` and Env's flags.
 	RelayFlags []string
 	Schedule   Schedule
@@ -100,7 +103,7 @@ func NewNemesis(t testing.TB, cfg NemesisConfig) *Nemesis {
 	defer cancel()
 	var err error
 	n.nats, err = natsproc.Start(ctx, natsproc.Options{
-		Exe: cfg.Relay.Path, Args: []string{"-test.run=^$"}, Output: os.Stderr,
+		Exe: cfg.NATS.Path, Args: []string{"-test.run=^$"}, Output: os.Stderr,
 		Server: devenv.NATSOptions{StoreDir: t.TempDir(), SyncAlways: true},
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -16,11 +16,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
 )
 
 // Reading from a standby (docs/standby.md): Postgres 16+, run with
 //
-//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run '^TestStandbyRead$' ./cmd/outbox-relay
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run '^TestStandbyRead$' ./e2e/takeup
 
 // standbyReadMajor is the first Postgres major that decodes on a standby.
 const standbyReadMajor = 16
@@ -55,35 +56,35 @@ func TestStandbyRead(t *testing.T) {
 	before := env.Backlog(2000)
 	pair.WaitReplayed()
 
-	wrong := startRelay(t, env, "--primary-url", env.RelayPG)
-	if code := wrong.Wait(faultWait); code == 0 {
+	wrong := suite.StartRelay(t, env, "--primary-url", env.RelayPG)
+	if code := wrong.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay with --primary-url naming the standby exited 0; log:\n%s", wrong.Logs())
 	}
-	requireLog(t, wrong, "--primary-url names", 1)
-	otherDB := startRelay(t, env, "--primary-url", pair.Primary.URL("postgres"))
-	if code := otherDB.Wait(faultWait); code == 0 {
+	relaytest.RequireLog(t, wrong, "--primary-url names", 1)
+	otherDB := suite.StartRelay(t, env, "--primary-url", pair.Primary.URL("postgres"))
+	if code := otherDB.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay with --primary-url naming another database exited 0; log:\n%s", otherDB.Logs())
 	}
-	requireLog(t, otherDB, "name the same database in both", 1)
+	relaytest.RequireLog(t, otherDB, "name the same database in both", 1)
 
 	args := []string{"--primary-url", primary, "--status-interval", "1s"}
 	stored := interruptTakeUp(t, env, standby, args)
-	relay := startRelay(t, env, args...)
-	relay.WaitLog(logStreaming, faultWait)
-	requireLog(t, relay, "reading from a standby", 1)
-	requireLog(t, relay, "a previous start did not finish publishing the rows present at the slot's creation", 1)
-	created, ok := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "create_ms")
+	relay := suite.StartRelay(t, env, args...)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.RequireLog(t, relay, "reading from a standby", 1)
+	relaytest.RequireLog(t, relay, "a previous start did not finish publishing the rows present at the slot's creation", 1)
+	created, ok := relaytest.LogNumber(relay, "created the replication slot; published the rows the stream needed from the table", "create_ms")
 	if !ok {
 		t.Fatalf("no slot creation logged; log:\n%s", relay.Logs())
 	}
 	// The rows present at the start were read in the snapshot the slot
 	// exported on the standby (CREATE_REPLICATION_SLOT ... SNAPSHOT
 	// 'export' works during recovery).
-	if n, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before)-int(stored) {
+	if n, _ := relaytest.LogNumber(relay, "created the replication slot; published the rows the stream needed from the table", "published"); int(n) != len(before)-int(stored) {
 		t.Errorf("the relay published %v rows from the standby's snapshot, want the %d present before its start less the %d stored by the interrupted one", n, len(before), stored)
 	}
 	took := time.Duration(created) * time.Millisecond
-	nudges, _ := logNumber(relay, "created the replication slot; published the rows the stream needed from the table", "nudges")
+	nudges, _ := relaytest.LogNumber(relay, "created the replication slot; published the rows the stream needed from the table", "nudges")
 	t.Logf("slot created on the standby in %s after %v pg_log_standby_snapshot() calls; %d rows present before the start", took, nudges, len(before))
 	// The first call comes after 200 ms; a creation that took longer
 	// than a second without one got its record from the background
@@ -95,9 +96,9 @@ func TestStandbyRead(t *testing.T) {
 		t.Errorf("the relay logged %d failures to call pg_log_standby_snapshot() on the primary", n)
 	}
 
-	w, stop := load(t, env)
-	w.WaitTx(t, 20, faultWait)
-	inFlight(t, env, relay, 1000)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 20, relaytest.FaultWait)
+	relaytest.InFlight(t, env, relay, 1000)
 	relay.Kill()
 	// Started again with the primary's connection string in a file (a
 	// mounted secret); both at once are refused.
@@ -105,15 +106,15 @@ func TestStandbyRead(t *testing.T) {
 	if err := os.WriteFile(file, []byte(primary+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCLI(t, "run", "--primary-url-file", file, "--primary-url", primary); err == nil || !strings.Contains(out, "both set") {
+	if out, err := suite.Relay.RunCLI(t, "run", "--primary-url-file", file, "--primary-url", primary); err == nil || !strings.Contains(out, "both set") {
 		t.Errorf("--primary-url with --primary-url-file (%v):\n%s", err, out)
 	}
-	again := startRelay(t, env, "--primary-url-file", file, "--status-interval", "1s")
-	again.WaitLog(logStreaming, faultWait)
-	again.WaitLog(logSkipStored, faultWait)
-	w.WaitTx(t, 20, faultWait)
+	again := suite.StartRelay(t, env, "--primary-url-file", file, "--status-interval", "1s")
+	again.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	again.WaitLog(relaytest.LogSkipStored, relaytest.FaultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
-	res := settle(t, env, again, w, relaytest.Expect{MinTx: 40})
+	res := relaytest.Settle(t, env, again, w, relaytest.Expect{MinTx: 40})
 	if len(res.Missing) > 0 || len(res.Duplicates) > 0 {
 		t.Errorf("reading from the standby: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
 	}
@@ -135,7 +136,7 @@ func TestStandbyRead(t *testing.T) {
 	if n := logicalSlots(t, ctx, env.Pool, ""); n != 0 {
 		t.Errorf("the primary holds %d logical slots, want none", n)
 	}
-	if out, err := runCLI(t, "cleanup", "--retention", "0s", "--pg-url", env.PGURL, "--slot", env.Slot, "--table", env.Table.String(), "--log-format", "json"); err == nil || !strings.Contains(out, "cleanup does not support a slot on a standby") {
+	if out, err := suite.Relay.RunCLI(t, "cleanup", "--retention", "0s", "--pg-url", env.PGURL, "--slot", env.Slot, "--table", env.Table.String(), "--log-format", "json"); err == nil || !strings.Contains(out, "cleanup does not support a slot on a standby") {
 		t.Errorf("cleanup with the slot on the standby (%v):\n%s", err, out)
 	}
 	pausedReplay(t, env, standby, args)
@@ -152,11 +153,11 @@ func pausedReplay(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, args 
 	t.Helper()
 	ctx := context.Background()
 	stopSampling := sampleLimit(t, env, standby)
-	relay := startRelay(t, env, args...)
-	relay.WaitLog(logStreaming, faultWait)
-	w, stop := load(t, env)
-	w.WaitTx(t, 20, faultWait)
-	inFlight(t, env, relay, 500)
+	relay := suite.StartRelay(t, env, args...)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 20, relaytest.FaultWait)
+	relaytest.InFlight(t, env, relay, 500)
 	if _, err := standby.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
 		t.Fatal(err)
 	}
@@ -165,15 +166,15 @@ func pausedReplay(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, args 
 		return standby.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state) == nil && state == "paused"
 	})
 	relay.Kill()
-	again := startRelay(t, env, args...)
-	again.WaitLog(logStreaming, faultWait)
-	requireLog(t, again, "replay is paused on the standby", 1)
-	w.WaitTx(t, 20, faultWait)
+	again := suite.StartRelay(t, env, args...)
+	again.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.RequireLog(t, again, "replay is paused on the standby", 1)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	if _, err := standby.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 		t.Fatal(err)
 	}
 	stop()
-	res := settle(t, env, again, w, relaytest.Expect{MinTx: 40})
+	res := relaytest.Settle(t, env, again, w, relaytest.Expect{MinTx: 40})
 	if len(res.Missing) > 0 || len(res.Duplicates) > 0 {
 		t.Errorf("replay paused across a restart: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
 	}
@@ -230,32 +231,32 @@ func sampleLimit(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool) func()
 func standbyChecks(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primary string) {
 	t.Helper()
 	const check = "postgres.standby"
-	rep, _, out := runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
-	if len(findingOf(rep, check, doctor.OK)) != 1 {
+	rep, _, out := doctortest.Run(t, suite.Relay, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if len(doctortest.FindingOf(rep, check, doctor.OK)) != 1 {
 		t.Errorf("doctor with --primary-url does not find the standby fit to read from:\n%s", out)
 	}
-	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG)
-	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "--primary-url") {
+	rep, _, out = doctortest.Run(t, suite.Relay, env, "--pg-url", env.RelayPG)
+	if f := doctortest.FindingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "--primary-url") {
 		t.Errorf("doctor on the standby without --primary-url does not say to add it:\n%s", out)
 	}
 
-	if out, err := runCLI(t, append(append([]string{"status"}, env.ToolArgs()...), "--pg-url", env.RelayPG)...); err != nil || !strings.Contains(out, env.Slot) {
+	if out, err := suite.Relay.RunCLI(t, append(append([]string{"status"}, env.ToolArgs()...), "--pg-url", env.RelayPG)...); err != nil || !strings.Contains(out, env.Slot) {
 		t.Errorf("status against the standby (%v):\n%s", err, out)
 	}
-	if out, err := runCLI(t, append(append([]string{"run", "--source", "poll"}, env.ToolArgs()...), "--primary-url", primary)...); err == nil || !strings.Contains(out, "--primary-url is for --source wal") {
+	if out, err := suite.Relay.RunCLI(t, append(append([]string{"run", "--source", "poll"}, env.ToolArgs()...), "--primary-url", primary)...); err == nil || !strings.Contains(out, "--primary-url is for --source wal") {
 		t.Errorf("run --source poll --primary-url (%v):\n%s", err, out)
 	}
 
 	setFeedback(t, standby, "off")
-	rep, _, out = runDoctor(t, env, "--pg-url", env.RelayPG, "--primary-url", primary)
-	if f := findingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "hot_standby_feedback") {
+	rep, _, out = doctortest.Run(t, suite.Relay, env, "--pg-url", env.RelayPG, "--primary-url", primary)
+	if f := doctortest.FindingOf(rep, check, doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "hot_standby_feedback") {
 		t.Errorf("doctor does not report the standby's hot_standby_feedback off:\n%s", out)
 	}
-	relay := startRelay(t, env, "--primary-url", primary)
-	if code := relay.Wait(faultWait); code == 0 {
+	relay := suite.StartRelay(t, env, "--primary-url", primary)
+	if code := relay.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay reading from a standby without hot_standby_feedback exited 0; log:\n%s", relay.Logs())
 	}
-	requireLog(t, relay, "SET hot_standby_feedback = on", 1)
+	relaytest.RequireLog(t, relay, "SET hot_standby_feedback = on", 1)
 	invalidated(t, env, standby, primary)
 }
 
@@ -278,12 +279,12 @@ func invalidated(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primar
 		return err == nil && lost
 	})
 	setFeedback(t, standby, "on")
-	relay := startRelay(t, env, "--primary-url", primary)
-	if code := relay.Wait(faultWait); code == 0 {
+	relay := suite.StartRelay(t, env, "--primary-url", primary)
+	if code := relay.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay with an invalidated slot on the standby exited 0; log:\n%s", relay.Logs())
 	}
 	for _, want := range []string{"on the standby was invalidated (", "primary_slot_name", "--recreate-slot"} {
-		requireLog(t, relay, want, 1)
+		relaytest.RequireLog(t, relay, want, 1)
 	}
 }
 
@@ -296,7 +297,7 @@ func invalidated(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, primar
 func interruptTakeUp(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, args []string) uint64 {
 	t.Helper()
 	ctx := context.Background()
-	first := startRelay(t, env, args...)
+	first := suite.StartRelay(t, env, args...)
 	record := func(cond string) bool {
 		var ok bool
 		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.outbox_relay_slots WHERE slot_name = $1 AND `+cond+`)`, env.Slot).Scan(&ok)
@@ -317,13 +318,13 @@ func interruptTakeUp(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, ar
 	return stored
 }
 
-// waitUntil polls cond until it holds, for up to faultWait.
+// waitUntil polls cond until it holds, for up to relaytest.FaultWait.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(faultWait)
+	deadline := time.Now().Add(relaytest.FaultWait)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", faultWait, what)
+			t.Fatalf("waited %s for %s", relaytest.FaultWait, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

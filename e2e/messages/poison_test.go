@@ -1,4 +1,4 @@
-package main
+package messages
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // once its row is fixed. An oversized payload is never sent as it is: the
 // connection never drops.
 func TestPoisonEvents(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	small, err := devenv.StartNATS(devenv.NATSOptions{MaxPayload: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +27,7 @@ func TestPoisonEvents(t *testing.T) {
 	t.Cleanup(small.Close)
 	env.UseNATS(small.URL())
 	env.Exec(`ALTER TABLE outbox_events ALTER COLUMN payload DROP NOT NULL`)
-	relay := startRelay(t, env, "--ack-timeout", "2s")
+	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 
 	big := `{"blob": "` + strings.Repeat("x", 100<<10) + `"}`
@@ -60,7 +60,7 @@ func TestPoisonEvents(t *testing.T) {
 	waitMetric(t, relay, "outbox_relay_events_dead_lettered_total", 3)
 	waitMetric(t, relay, relaytest.DuplicateAcksMetric, 0)
 
-	stored := storedByID(t, env)
+	stored := relaytest.StoredByID(t, env)
 	for _, id := range []string{a, c, e} {
 		if m := stored[id]; m == nil || !strings.HasPrefix(m.Subject, "outbox.") {
 			t.Errorf("event %s not published normally", id)
@@ -92,26 +92,26 @@ func TestPoisonEvents(t *testing.T) {
 		[]string{tooBig, nullPayload, refused}).Scan(&inView); err != nil || inView != 3 {
 		t.Fatalf("dead-letter view shows %d of the 3 rows (%v)", inView, err)
 	}
-	out, err := runCLI(t, "dlq", "list", "--pg-url", env.PGURL)
+	out, err := suite.Relay.RunCLI(t, "dlq", "list", "--pg-url", env.PGURL)
 	if err != nil || !strings.Contains(out, tooBig) || !strings.Contains(out, "payload is NULL") {
 		t.Fatalf("dlq list (%v):\n%s", err, out)
 	}
 
 	retry := append([]string{"dlq", "retry", "--id", tooBig}, env.ToolArgs()...)
-	if out, err := runCLI(t, retry...); err == nil || !strings.Contains(out, "still cannot be published") {
+	if out, err := suite.Relay.RunCLI(t, retry...); err == nil || !strings.Contains(out, "still cannot be published") {
 		t.Fatalf("retrying a row that is still too large (%v):\n%s", err, out)
 	}
 	env.Exec(`UPDATE outbox_events SET payload = '{"fixed": true}' WHERE id = $1`, tooBig)
-	if out, err := runCLI(t, retry...); err != nil {
+	if out, err := suite.Relay.RunCLI(t, retry...); err != nil {
 		t.Fatalf("dlq retry after fixing the row: %v\n%s", err, out)
 	}
 	env.WaitStored(7, 10*time.Second)
-	m := lastOnSubjects(t, env, "outbox.>")
+	m := relaytest.LastOnSubjects(t, env, "outbox.>")
 	if m.Header.Get(contract.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
 		t.Errorf("retried event: %q %q", m.Header.Get(contract.HeaderMsgID), m.Data)
 	}
-	requireSameSource(t, storedByID(t, env)[refused], m)
-	if out, _ := runCLI(t, "dlq", "list", "--pg-url", env.PGURL); strings.Contains(out, tooBig) {
+	relaytest.RequireSameSource(t, relaytest.StoredByID(t, env)[refused], m)
+	if out, _ := suite.Relay.RunCLI(t, "dlq", "list", "--pg-url", env.PGURL); strings.Contains(out, tooBig) {
 		t.Errorf("retried event still listed:\n%s", out)
 	}
 }
@@ -127,15 +127,4 @@ func waitMetric(t *testing.T, r *relaytest.Relay, series string, want float64) {
 		}
 	}
 	t.Errorf("%s = %v (%v), want %v", series, got, err, want)
-}
-
-func lastOnSubjects(t *testing.T, env *relaytest.Env, subject string) *rawMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := env.StreamHandle(time.Second).GetLastMsgForSubject(ctx, subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
 )
 
 // standbyReadRefusals (TestStandbyRelayRefused, Postgres 16+): what run
@@ -36,8 +37,8 @@ func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env)
 	standby := openPool(t, standbyURL)
 	refused := func(what, want string, args ...string) {
 		t.Helper()
-		r := startRelay(t, env, args...)
-		if code := r.Wait(faultWait); code == 0 {
+		r := suite.StartRelay(t, env, args...)
+		if code := r.Wait(relaytest.FaultWait); code == 0 {
 			t.Fatalf("the relay with %s exited 0; log:\n%s", what, r.Logs())
 		}
 		if !strings.Contains(r.Logs(), want) {
@@ -55,8 +56,8 @@ func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env)
 		t.Fatal(err)
 	}
 	refused("a slot of its name on the primary", "uses slot "+env.Slot+" on the primary", "--primary-url", primaryURL)
-	rep, _, out := runDoctor(t, env, "--pg-url", standbyURL, "--primary-url", primaryURL)
-	if f := findingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "pg_drop_replication_slot") {
+	rep, _, out := doctortest.Run(t, suite.Relay, env, "--pg-url", standbyURL, "--primary-url", primaryURL)
+	if f := doctortest.FindingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Fix, "pg_drop_replication_slot") {
 		t.Errorf("doctor does not report the slot of the same name on the primary:\n%s", out)
 	}
 	if _, err := env.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, env.Slot); err != nil {
@@ -82,15 +83,15 @@ func standbyReadRefusals(t *testing.T, pair *relaytest.Pair, env *relaytest.Env)
 // exit with the documented codes.
 func doctorMessages(t *testing.T, env *relaytest.Env, standbyURL, primaryURL string) {
 	t.Helper()
-	rep, code, out := runDoctor(t, env, "--pg-url", standbyURL, "--primary-url", "postgres://relay@host:notaport/app")
-	if f := findingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "parse --primary-url") || code != 1 {
+	rep, code, out := doctortest.Run(t, suite.Relay, env, "--pg-url", standbyURL, "--primary-url", "postgres://relay@host:notaport/app")
+	if f := doctortest.FindingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "parse --primary-url") || code != 1 {
 		t.Errorf("doctor with a malformed --primary-url (exit %d) does not say parse --primary-url:\n%s", code, out)
 	}
-	rep, code, out = runDoctor(t, env, "--pg-url", standbyURL, "--primary-url", "postgres://postgres@127.0.0.1:1/"+env.Database+"?connect_timeout=2")
-	if f := findingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "--primary-url") || code != 2 {
+	rep, code, out = doctortest.Run(t, suite.Relay, env, "--pg-url", standbyURL, "--primary-url", "postgres://postgres@127.0.0.1:1/"+env.Database+"?connect_timeout=2")
+	if f := doctortest.FindingOf(rep, "postgres.standby", doctor.Error); len(f) != 1 || !strings.Contains(f[0].Message, "--primary-url") || code != 2 {
 		t.Errorf("doctor with an unreachable --primary-url exited %d (want 2, a server that cannot be reached):\n%s", code, out)
 	}
-	stdout, stderr, code := runSplit(t, append(append([]string{"doctor", "--json", "--source", "poll"}, env.ToolArgs()...), "--primary-url", primaryURL)...)
+	stdout, stderr, code := suite.Relay.RunSplit(t, append(append([]string{"doctor", "--json", "--source", "poll"}, env.ToolArgs()...), "--primary-url", primaryURL)...)
 	if code != 2 || !strings.Contains(stdout+stderr, "--primary-url is for --source wal") {
 		t.Errorf("doctor --source poll --primary-url exited %d (want 2, refused as run refuses it):\n%s%s", code, stdout, stderr)
 	}
@@ -102,7 +103,7 @@ func nudgeGrant(t *testing.T, env *relaytest.Env, pair *relaytest.Pair, standbyU
 	t.Helper()
 	ctx := context.Background()
 	const role = "relay_standby"
-	if out, err := runCLI(t, "migrate", "--pg-url", primaryURL, "--table", env.Table.String(), "--relay-role", role, "--log-format", "json"); err != nil {
+	if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", primaryURL, "--table", env.Table.String(), "--relay-role", role, "--log-format", "json"); err != nil {
 		t.Fatalf("migrate --relay-role: %v\n%s", err, out)
 	}
 	var may bool
@@ -116,9 +117,9 @@ func nudgeGrant(t *testing.T, env *relaytest.Env, pair *relaytest.Pair, standbyU
 	asRole := func(url string) string {
 		return strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1)
 	}
-	rep, _, out := runDoctor(t, env, "--pg-url", asRole(standbyURL), "--primary-url", asRole(primaryURL))
+	rep, _, out := doctortest.Run(t, suite.Relay, env, "--pg-url", asRole(standbyURL), "--primary-url", asRole(primaryURL))
 	warned := false
-	for _, f := range findingOf(rep, "postgres.standby", doctor.Warn) {
+	for _, f := range doctortest.FindingOf(rep, "postgres.standby", doctor.Warn) {
 		warned = warned || strings.Contains(f.Message, `GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO "`+role+`"`)
 	}
 	if !warned {
@@ -133,8 +134,8 @@ func nudgeGrant(t *testing.T, env *relaytest.Env, pair *relaytest.Pair, standbyU
 		}
 	}
 	pair.WaitReplayed()
-	rep, _, out = runDoctor(t, env, "--pg-url", asRole(standbyURL), "--primary-url", asRole(primaryURL))
-	f := findingOf(rep, "postgres.standby", doctor.Warn)
+	rep, _, out = doctortest.Run(t, suite.Relay, env, "--pg-url", asRole(standbyURL), "--primary-url", asRole(primaryURL))
+	f := doctortest.FindingOf(rep, "postgres.standby", doctor.Warn)
 	if len(f) != 1 || !strings.Contains(f[0].Message, "could not check that --pg-url and --primary-url are one cluster") {
 		t.Errorf("doctor as a role that may not call pg_control_system() does not warn that the same-cluster check was skipped:\n%s", out)
 	}
@@ -189,17 +190,17 @@ func pausedCreation(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, pri
 		var state string
 		return standby.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state) == nil && state == "paused"
 	})
-	relay := startRelay(t, env, "--primary-url", primaryURL)
+	relay := suite.StartRelay(t, env, "--primary-url", primaryURL)
 	const waiting = "creating the slot on the standby: still waiting for the standby to replay"
-	relay.WaitLog(waiting, faultWait)
-	requireLog(t, relay, "replay is paused on the standby", 1)
+	relay.WaitLog(waiting, relaytest.FaultWait)
+	relaytest.RequireLog(t, relay, "replay is paused on the standby", 1)
 	if !strings.Contains(relay.Logs(), `"replay_pause_state":"paused"`) {
 		t.Errorf("the relay's wait for the slot's creation does not say replay is paused; log:\n%s", relay.Logs())
 	}
 	if _, err := standby.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 		t.Fatal(err)
 	}
-	relay.WaitLog(logStreaming, faultWait)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	relay.Drain(30 * time.Second)
 	if _, err := standby.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, env.Slot); err != nil {
 		t.Fatal(err)
@@ -227,9 +228,9 @@ func applyDelay(t *testing.T, env *relaytest.Env, standby *pgxpool.Pool, standby
 		})
 	}
 	set("5min")
-	rep, _, out := runDoctor(t, env, "--pg-url", standbyURL, "--primary-url", primaryURL)
+	rep, _, out := doctortest.Run(t, suite.Relay, env, "--pg-url", standbyURL, "--primary-url", primaryURL)
 	warned := false
-	for _, f := range findingOf(rep, "postgres.standby", doctor.Warn) {
+	for _, f := range doctortest.FindingOf(rep, "postgres.standby", doctor.Warn) {
 		warned = warned || strings.Contains(f.Message, "recovery_min_apply_delay = 5m0s")
 	}
 	if !warned {

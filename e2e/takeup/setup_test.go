@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -53,9 +53,9 @@ func TestWrongSetupFailsWithTheFix(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newEnv(t)
+			env := suite.NewEnv(t)
 			extra := tc.setup(t, env)
-			relay := startRelay(t, env, extra...)
+			relay := suite.StartRelay(t, env, extra...)
 			if code := relay.Wait(30 * time.Second); code == 0 {
 				t.Fatalf("relay exited 0 with a broken setup")
 			}
@@ -72,7 +72,7 @@ func TestWrongSetupFailsWithTheFix(t *testing.T) {
 func TestWALLevelNotLogical(t *testing.T) {
 	cluster := relaytest.PrivateCluster(t, map[string]string{"wal_level": "replica"})
 	env := relaytest.NewEnv(t, cluster)
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	if code := relay.Wait(30 * time.Second); code == 0 {
 		t.Fatal("relay exited 0 with wal_level = replica")
 	}

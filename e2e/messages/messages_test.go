@@ -1,8 +1,7 @@
-package main
+package messages
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -27,11 +26,11 @@ import (
 // messages are not published (the latter said in the log), and content
 // that is no envelope becomes a dead letter recorded in Postgres.
 func TestTableLessEvents(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	relay := startRelay(t, env)
-	relay.WaitLog(logStreaming, faultWait)
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	var version int
 	if err := env.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -123,7 +122,7 @@ func TestTableLessEvents(t *testing.T) {
 	waitStored(t, env, total, time.Minute)
 	env.WaitSlotCaughtUp(time.Minute)
 
-	msgs := streamInOrder(t, env)
+	msgs := relaytest.StreamInOrder(t, env)
 	pos := map[string]int{}
 	var prev pglogrepl.LSN
 	var deadLetter *jetstream.RawStreamMsg
@@ -225,31 +224,6 @@ func waitStored(t *testing.T, env *relaytest.Env, n int, timeout time.Duration) 
 	}
 }
 
-// streamInOrder reads every message of the stream in stream order; deleted
-// ones are gone.
-func streamInOrder(t *testing.T, env *relaytest.Env) []*jetstream.RawStreamMsg {
-	t.Helper()
-	stream := env.StreamHandle(10 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // deleted
-		}
-		if err != nil {
-			t.Fatalf("get message %d: %v", seq, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // tableLessBefore14 is TestTableLessEvents on a server whose pgoutput has
 // no messages option (Postgres 13): the relay starts without it, says that
 // table-less events are not relayed, and relays rows as before.
@@ -277,7 +251,7 @@ func tableLessBefore14(t *testing.T, env *relaytest.Env, relay *relaytest.Relay)
 	}
 	waitStored(t, env, 1, time.Minute)
 	env.WaitSlotCaughtUp(time.Minute)
-	if msgs := streamInOrder(t, env); len(msgs) != 1 || msgs[0].Header.Get(contract.HeaderMsgID) != row[0] {
+	if msgs := relaytest.StreamInOrder(t, env); len(msgs) != 1 || msgs[0].Header.Get(contract.HeaderMsgID) != row[0] {
 		t.Errorf("the stream holds %d messages, want the row's event only", len(msgs))
 	}
 	relay.Drain(30 * time.Second)
@@ -287,11 +261,11 @@ func tableLessBefore14(t *testing.T, env *relaytest.Env, relay *relaytest.Relay)
 // flight restarts and stores each of them once: the replay is matched
 // against the stream by position and id as for rows.
 func TestTableLessEventsAfterKill(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	relay := startRelay(t, env)
-	relay.WaitLog(logStreaming, faultWait)
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	evs := make([]outbox.Event, 1500)
 	for i := range evs {
 		evs[i] = outbox.Event{AggregateType: "order", AggregateID: fmt.Sprint(i % 20), EventType: "order.line", Payload: map[string]any{"n": i}}
@@ -313,15 +287,15 @@ func TestTableLessEventsAfterKill(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed with %d publishes in flight", relay.WaitInFlight(faultWait))
+	t.Logf("killed with %d publishes in flight", relay.WaitInFlight(relaytest.FaultWait))
 	relay.Kill()
-	relay = startRelay(t, env)
+	relay = suite.StartRelay(t, env)
 	waitStored(t, env, len(ids), time.Minute)
 	env.WaitSlotCaughtUp(time.Minute)
 	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v): events published again", relaytest.DuplicateAcksMetric, n, err)
 	}
-	msgs := streamInOrder(t, env)
+	msgs := relaytest.StreamInOrder(t, env)
 	if len(msgs) != len(ids) {
 		t.Errorf("the stream holds %d messages, want %d", len(msgs), len(ids))
 	}

@@ -1,4 +1,4 @@
-package main
+package messages
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // creation and from the WAL alike; a row whose headers cannot be
 // published is a dead letter with the reason, and the events after it flow.
 func TestEventHeaders(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	ctx := context.Background()
 	trace := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "congo=t61rcWkgMzE"}
 	write := func(ev outbox.Event) string {
@@ -39,8 +39,8 @@ func TestEventHeaders(t *testing.T) {
 	ev := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.created", Payload: json.RawMessage(`{}`), Headers: trace}
 	fromTable := write(ev)
 
-	relay := startRelay(t, env)
-	relay.WaitLog(logStreaming, 30*time.Second)
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
 	fromWAL := write(ev)
 	var bad string
 	if err := env.Pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
@@ -51,7 +51,7 @@ func TestEventHeaders(t *testing.T) {
 	plain := write(ev)
 	env.WaitStored(4, 30*time.Second)
 
-	stored := storedByID(t, env)
+	stored := relaytest.StoredByID(t, env)
 	for _, id := range []string{fromTable, fromWAL} {
 		m := stored[id]
 		for k, v := range trace {

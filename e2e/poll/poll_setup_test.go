@@ -1,4 +1,4 @@
-package main
+package poll
 
 import (
 	"context"
@@ -31,12 +31,12 @@ func pollSetup(t *testing.T, env *relaytest.Env) (seqDefault, index bool) {
 // table has both, and the polling relay runs as the role, with nothing but
 // what migrate granted it.
 func TestPollNeedsMigrateSourcePoll(t *testing.T) {
-	env := newEnv(t) // migrated the plain way
+	env := suite.NewEnv(t) // migrated the plain way
 	if seq, index := pollSetup(t, env); seq || index {
 		t.Fatalf("after a plain migrate: seq default %v, pending index %v; want neither", seq, index)
 	}
-	refused := startRelay(t, env, pollArgs...)
-	if code := refused.Wait(faultWait); code != 1 {
+	refused := suite.StartRelay(t, env, relaytest.PollArgs...)
+	if code := refused.Wait(relaytest.FaultWait); code != 1 {
 		t.Fatalf("polling relay on a plain-migrated table exited %d, want 1; log:\n%s", code, refused.Logs())
 	}
 	if logs := refused.Logs(); !strings.Contains(logs, "outbox-relay migrate --source poll") || !strings.Contains(logs, "idx_outbox_pending_aggregate") {
@@ -49,7 +49,7 @@ func TestPollNeedsMigrateSourcePoll(t *testing.T) {
 		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
 	})
 	for i := 0; i < 2; i++ {
-		if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--source", "poll", "--relay-role", role); err != nil {
+		if out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--source", "poll", "--relay-role", role); err != nil {
 			t.Fatalf("migrate --source poll --relay-role, run %d (%v):\n%s", i+1, err, out)
 		}
 	}
@@ -68,9 +68,9 @@ func TestPollNeedsMigrateSourcePoll(t *testing.T) {
 		t.Fatalf("cannot put the role in %s", env.PGURL)
 	}
 	ids := env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
-	relay := startRelay(t, env, pollArgs...)
-	relay.WaitLog(logPolling, faultWait)
-	for deadline := time.Now().Add(faultWait); pendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
+	relay := suite.StartRelay(t, env, relaytest.PollArgs...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	for deadline := time.Now().Add(relaytest.FaultWait); relaytest.PendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || relay.Exited() {
 			t.Fatalf("rows still pending as %s; log:\n%s", role, relay.Logs())
 		}

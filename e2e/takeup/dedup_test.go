@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 // Postgres, and restarts after the stream's 1 s dedup window has passed.
 // Postgres replays the batch; the relay skips exactly what the stream holds.
 func TestNoDuplicatesAfterLongDowntime(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	var relay *relaytest.Relay
 	var killed time.Time
 	for attempt := 0; ; attempt++ {
-		relay = startRelay(t, env, "--status-interval", "30s")
-		relay.WaitLog(logStreaming, 30*time.Second)
+		relay = suite.StartRelay(t, env, "--status-interval", "30s")
+		relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
 		rows := make([]relaytest.Row, 300)
 		for i := range rows {
 			rows[i] = relaytest.NewRow("order", "a"+string(rune('0'+i%7)), "created", `{"i": 1}`)
@@ -37,7 +37,7 @@ func TestNoDuplicatesAfterLongDowntime(t *testing.T) {
 		relay.Kill()
 		killed = time.Now()
 		// The precondition: the slot still has the last transaction to replay.
-		last := storedByID(t, env)[ids[len(ids)-1]]
+		last := relaytest.StoredByID(t, env)[ids[len(ids)-1]]
 		lsn, _ := pglogrepl.ParseLSN(last.Header.Get(contract.HeaderCommitLSN))
 		if env.SlotInfo().ConfirmedFlush <= lsn {
 			break
@@ -49,12 +49,12 @@ func TestNoDuplicatesAfterLongDowntime(t *testing.T) {
 	// The fault: the restart comes after the dedup window, so JetStream
 	// would store a republished event again.
 	time.Sleep(time.Until(killed.Add(2 * env.DuplicateWindow)))
-	relay = startRelay(t, env)
-	relay.WaitLog(logStreaming, 30*time.Second)
-	requireLog(t, relay, logSkipStored, 1)
+	relay = suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
+	relaytest.RequireLog(t, relay, relaytest.LogSkipStored, 1)
 	env.Tx(relaytest.NewRow("order", "y", "after.restart", `{}`))
 	env.WaitRows(30 * time.Second)
-	env.WaitSlotCaughtUp(faultWait)
+	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v) after the restart", relaytest.DuplicateAcksMetric, n, err)
 	}
@@ -70,9 +70,9 @@ func TestNoDuplicatesAfterLongDowntime(t *testing.T) {
 // five times).
 func TestNoDuplicatesAfterNATSOutage(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	relay := startRelay(t, env, "--ack-timeout", "1s")
-	relay.WaitLog(logStreaming, 30*time.Second)
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env, "--ack-timeout", "1s")
+	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &relaytest.Workload{Writers: 3, MaxTxRows: 5, Aggregates: 20, RollbackEvery: 6, Pace: 2 * time.Millisecond}
@@ -82,21 +82,21 @@ func TestNoDuplicatesAfterNATSOutage(t *testing.T) {
 	rounds := 0
 	for rounds < 2 || (rounds < 5 && relay.CountLog(found) == 0) {
 		rounds++
-		w.WaitTx(t, 50, faultWait)
-		inFlight(t, env, relay, 3000)
+		w.WaitTx(t, 50, relaytest.FaultWait)
+		relaytest.InFlight(t, env, relay, 3000)
 		env.NATS.Stop()
 		time.Sleep(5 * time.Second) // the outage, longer than the dedup window
 		if err := env.NATS.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitLogCount(t, relay, logOutageOver, rounds, faultWait)
+		relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, rounds, relaytest.FaultWait)
 	}
-	w.WaitTx(t, 50, faultWait)
+	w.WaitTx(t, 50, relaytest.FaultWait)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	res := settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
+	res := relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
 	t.Logf("%d outages; lost PubAcks found in the stream after %d of them; %d ids stored twice", rounds, relay.CountLog(found), len(res.Duplicates))
-	requireLog(t, relay, found, 1)
+	relaytest.RequireLog(t, relay, found, 1)
 }

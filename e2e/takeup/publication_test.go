@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 // check; the publication's identity does not. The relay must stop with a
 // gap and never confirm past the change.
 func TestGapPublicationChangedBetweenChecks(t *testing.T) {
-	env := newEnv(t)
-	r := startRelay(t, env)
+	env := suite.NewEnv(t)
+	r := suite.StartRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 	env.WaitStored(1, 10*time.Second)

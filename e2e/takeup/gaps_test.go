@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -9,15 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
-
-// stopRelay stops a relay cleanly (SIGTERM, exit 0).
-func stopRelay(t *testing.T, r *relaytest.Relay) {
-	t.Helper()
-	r.Drain(30 * time.Second)
-}
 
 // logBootstrapped is the relay's line after it created its slot and
 // published, from the slot's snapshot, the rows the stream lacked.
@@ -28,7 +21,7 @@ const logBootstrapped = "created the replication slot; published the rows the st
 // a repair).
 func requirePublishedFromTable(t *testing.T, r *relaytest.Relay, n int) {
 	t.Helper()
-	if got, ok := logNumber(r, logBootstrapped, "published"); !ok || got < float64(n) {
+	if got, ok := relaytest.LogNumber(r, logBootstrapped, "published"); !ok || got < float64(n) {
 		t.Errorf("the relay published %v rows from the table at its slot's creation (logged: %v), want at least %d", got, ok, n)
 	}
 }
@@ -39,7 +32,7 @@ func requirePublishedFromTable(t *testing.T, r *relaytest.Relay, n int) {
 func finish(t *testing.T, env *relaytest.Env, r *relaytest.Relay, x relaytest.Expect) relaytest.Result {
 	t.Helper()
 	env.WaitRows(time.Minute)
-	env.WaitSlotCaughtUp(faultWait)
+	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	if n, err := r.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v)", relaytest.DuplicateAcksMetric, n, err)
 	}
@@ -53,7 +46,7 @@ func finish(t *testing.T, env *relaytest.Env, r *relaytest.Relay, x relaytest.Ex
 // what happened and how to repair.
 func expectRefusal(t *testing.T, env *relaytest.Env, want ...string) {
 	t.Helper()
-	r := startRelay(t, env)
+	r := suite.StartRelay(t, env)
 	if code := r.Wait(60 * time.Second); code == 0 {
 		t.Fatal("relay went on despite a gap")
 	}
@@ -68,7 +61,7 @@ func expectRefusal(t *testing.T, env *relaytest.Env, want ...string) {
 // which publishes what the stream lacks, then streams on.
 func repair(t *testing.T, env *relaytest.Env) *relaytest.Relay {
 	t.Helper()
-	r := startRelay(t, env, "--recreate-slot")
+	r := suite.StartRelay(t, env, "--recreate-slot")
 	r.WaitLog("streaming from the slot", time.Minute)
 	return r
 }
@@ -76,12 +69,12 @@ func repair(t *testing.T, env *relaytest.Env) *relaytest.Relay {
 // slotDroppedAfterOneEvent runs the relay until it published one event,
 // stops it, and drops its slot.
 func slotDroppedAfterOneEvent(t *testing.T) *relaytest.Env {
-	env := newEnv(t)
-	r := startRelay(t, env)
+	env := suite.NewEnv(t)
+	r := suite.StartRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 	env.WaitStored(1, 10*time.Second)
-	stopRelay(t, r)
+	relaytest.StopRelay(t, r)
 	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
 	return env
 }
@@ -97,7 +90,7 @@ func TestGapSlotDropped(t *testing.T) {
 	env.Tx(relaytest.NewRow("order", "1", "after", `{}`))
 	finish(t, env, r, relaytest.Expect{})
 	requirePublishedFromTable(t, r, 2)
-	if stored := storedByID(t, env); stored[gap[0]] == nil || stored[gap[1]] == nil {
+	if stored := relaytest.StoredByID(t, env); stored[gap[0]] == nil || stored[gap[1]] == nil {
 		t.Fatal("the events written in the gap were not published by the repair")
 	}
 	if !strings.Contains(r.Logs(), `"missing":2`) {
@@ -128,11 +121,11 @@ func TestGapSlotInvalidated(t *testing.T) {
 		"max_slot_wal_keep_size": "'2MB'", "max_wal_size": "'4MB'", "min_wal_size": "'2MB'",
 	}, "--wal-segsize=1")
 	env := relaytest.NewEnv(t, cluster)
-	r := startRelay(t, env)
+	r := suite.StartRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 	env.WaitStored(1, 10*time.Second)
-	stopRelay(t, r)
+	relaytest.StopRelay(t, r)
 	lost := env.Tx(relaytest.NewRow("order", "1", "in.lost.wal", `{}`))
 	env.Exec(`CREATE TABLE churn (b TEXT)`)
 	deadline := time.Now().Add(time.Minute)
@@ -148,7 +141,7 @@ func TestGapSlotInvalidated(t *testing.T) {
 	r = repair(t, env)
 	finish(t, env, r, relaytest.Expect{})
 	requirePublishedFromTable(t, r, 1)
-	if storedByID(t, env)[lost[0]] == nil {
+	if relaytest.StoredByID(t, env)[lost[0]] == nil {
 		t.Fatal("the event in the invalidated slot's WAL was not republished")
 	}
 }
@@ -163,8 +156,8 @@ func TestGapPublicationChanged(t *testing.T) {
 		"dropped":       `DROP PUBLICATION outbox_pub`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := newEnv(t)
-			r := startRelay(t, env)
+			env := suite.NewEnv(t)
+			r := suite.StartRelay(t, env)
 			r.WaitLog("streaming from the slot", 30*time.Second)
 			env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 			env.WaitStored(1, 10*time.Second)
@@ -194,7 +187,7 @@ func TestGapPublicationChanged(t *testing.T) {
 // slot's snapshot are published from the table, rows after it from the
 // WAL: none missing, none twice.
 func TestSwitchFromPolling(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	for i := 0; i < 20; i++ {
 		rows := make([]relaytest.Row, 50)
 		for j := range rows {
@@ -204,11 +197,11 @@ func TestSwitchFromPolling(t *testing.T) {
 	}
 	env.Exec(`UPDATE outbox_events SET processed_at = now() WHERE ctid IN (SELECT ctid FROM outbox_events LIMIT 100)`)
 	processed := 100
-	w, stop := load(t, env)
-	w.WaitTx(t, 10, faultWait) // the writers are busy when the relay starts
-	r := startRelay(t, env)
-	r.WaitLog(logStreaming, faultWait)
-	w.WaitTx(t, 20, faultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 10, relaytest.FaultWait) // the writers are busy when the relay starts
+	r := suite.StartRelay(t, env)
+	r.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
 	// The rows a polling relay already processed are not published again.
 	var pending int
@@ -217,7 +210,7 @@ func TestSwitchFromPolling(t *testing.T) {
 	}
 	env.WaitStored(pending, 2*time.Minute)
 	env.Exec(`DELETE FROM outbox_events WHERE processed_at IS NOT NULL`)
-	settle(t, env, r, w, relaytest.Expect{MinTx: 30})
+	relaytest.Settle(t, env, r, w, relaytest.Expect{MinTx: 30})
 	if n := env.CountStored(); int(n) != pending {
 		t.Errorf("stream holds %d messages, want the %d unprocessed rows (the %d processed ones excluded)", n, pending, processed)
 	}
@@ -229,9 +222,9 @@ func TestSwitchFromPolling(t *testing.T) {
 // TestVerifyCommand: verify passes on a healthy stream, reports an event
 // the broker lost (and exits 1), and --republish puts it back.
 func TestVerifyCommand(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	const window = 6 * time.Second
-	r := startRelay(t, env, "--duplicate-window", window.String())
+	r := suite.StartRelay(t, env, "--duplicate-window", window.String())
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	ids := env.Tx(relaytest.NewRow("order", "1", "a", `{}`), relaytest.NewRow("order", "1", "b", `{}`), relaytest.NewRow("order", "2", "c", `{}`))
 	// created_at comes from Postgres's clock (or the application), the
@@ -241,11 +234,11 @@ func TestVerifyCommand(t *testing.T) {
 		VALUES ('order', '3', 'ahead', '{}', now() + interval '10 minutes')`)
 	env.WaitStored(4, 10*time.Second)
 	args := append([]string{"verify"}, env.ToolArgs()...)
-	if out, err := runCLI(t, args...); err != nil || !strings.Contains(out, "OK:") {
+	if out, err := suite.Relay.RunCLI(t, args...); err != nil || !strings.Contains(out, "OK:") {
 		t.Fatalf("verify on a healthy stream (%v):\n%s", err, out)
 	}
 	since := time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339)
-	out, err := runCLI(t, append(args, "--since", since, "--json")...)
+	out, err := suite.Relay.RunCLI(t, append(args, "--since", since, "--json")...)
 	var rep struct {
 		Rows    int      `json:"rows"`
 		Missing []string `json:"missing"`
@@ -256,44 +249,26 @@ func TestVerifyCommand(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := env.StreamHandle(time.Second).DeleteMsg(ctx, storedByID(t, env)[ids[1]].Sequence); err != nil {
+	if err := env.StreamHandle(time.Second).DeleteMsg(ctx, relaytest.StoredByID(t, env)[ids[1]].Sequence); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	out, err = runCLI(t, args...)
+	out, err = suite.Relay.RunCLI(t, args...)
 	if err == nil || !strings.Contains(out, "missing:          1 "+ids[1]) {
 		t.Fatalf("verify after the broker lost an event (%v):\n%s", err, out)
 	}
 	// Within the dedup window JetStream drops the republished message as a
 	// duplicate of the deleted one: verify must say so, and fail.
-	out, err = runCLI(t, append(args, "--republish")...)
+	out, err = suite.Relay.RunCLI(t, append(args, "--republish")...)
 	if err == nil || !strings.Contains(out, "still missing after republishing") {
 		t.Fatalf("verify --republish within the duplicate window (%v):\n%s", err, out)
 	}
 	time.Sleep(time.Until(deleted.Add(window + 500*time.Millisecond)))
-	if out, err := runCLI(t, append(args, "--republish")...); err != nil || !strings.Contains(out, "OK:") {
+	if out, err := suite.Relay.RunCLI(t, append(args, "--republish")...); err != nil || !strings.Contains(out, "OK:") {
 		t.Fatalf("verify --republish (%v):\n%s", err, out)
 	}
 	// The republished event lands after later ones: outside commit order.
 	env.CheckWith(relaytest.Expect{Republished: []string{ids[1]}})
-	stored := storedByID(t, env)
-	requireSameSource(t, stored[ids[0]], stored[ids[1]])
-}
-
-// requireSameSource fails the test unless got (published by a tool) names
-// the same source as want (published by the relay): the Postgres system,
-// timeline, slot and slot creation point.
-func requireSameSource(t *testing.T, want, got *rawMsg) {
-	t.Helper()
-	if want == nil || got == nil {
-		t.Fatalf("messages to compare: %v, %v", want, got)
-	}
-	if want.Header.Get(contract.HeaderSourceSystem) == "" {
-		t.Fatalf("the relay's message has no source: %v", want.Header)
-	}
-	for _, h := range []string{contract.HeaderSourceSystem, contract.HeaderSourceTimeline, contract.HeaderSourceSlot, contract.HeaderSourceOrigin} {
-		if got.Header.Get(h) != want.Header.Get(h) {
-			t.Errorf("%s: %q, the relay's messages have %q", h, got.Header.Get(h), want.Header.Get(h))
-		}
-	}
+	stored := relaytest.StoredByID(t, env)
+	relaytest.RequireSameSource(t, stored[ids[0]], stored[ids[1]])
 }

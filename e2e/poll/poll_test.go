@@ -1,4 +1,4 @@
-package main
+package poll
 
 import (
 	"context"
@@ -13,42 +13,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
-// pollArgs run the relay in polling mode with batches small enough that
-// a kill lands in the middle of several.
-var pollArgs = []string{"--source", "poll", "--poll-batch", "200", "--poll-interval", "100ms", "--ack-timeout", "2s"}
-
-// logPolling is the polling relay's start-up line.
-const logPolling = "starting outbox relay, polling the table"
-
-// pollEnv is newEnv set up for polling, as a user does it: migrate, then
-// migrate --source poll.
-func pollEnv(t *testing.T, env *relaytest.Env) *relaytest.Env {
-	t.Helper()
-	if out, err := runCLI(t, "migrate", "--pg-url", env.PGURL, "--table", env.Table.String(), "--publication", env.Pub, "--source", "poll"); err != nil {
-		t.Fatalf("migrate --source poll (%v):\n%s", err, out)
-	}
-	return env
-}
-
-// pendingRows counts the rows without processed_at.
-func pendingRows(t *testing.T, env *relaytest.Env) int {
-	t.Helper()
-	var n int
-	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE processed_at IS NULL`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // settlePolled ends a polling fault case with the load stopped: every row
 // processed and in the stream, SIGTERM drains the relay (exit 0), and the
 // check holds (up to maxDup events stored twice tolerated).
 func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, minTx, maxDup int) relaytest.Result {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
-	for pendingRows(t, env) > 0 {
+	for relaytest.PendingRows(t, env) > 0 {
 		if time.Now().After(deadline) || relay.Exited() {
-			t.Fatalf("%d rows still pending; log:\n%s", pendingRows(t, env), relay.Logs())
+			t.Fatalf("%d rows still pending; log:\n%s", relaytest.PendingRows(t, env), relay.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -70,31 +43,31 @@ func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *r
 // duplicate window is 1 s: rows a killed batch claimed are looked up in
 // the stream before they are published again.
 func TestPollFaultRelayKilledRepeatedly(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
-	w, stop := load(t, env)
+	env := suite.PollEnv(t, suite.NewEnv(t))
+	w, stop := relaytest.Load(t, env)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	const kills = 10
 	var relays []*relaytest.Relay
 	for i := 0; i < kills; i++ {
-		relay := startRelay(t, env, pollArgs...)
+		relay := suite.StartRelay(t, env, relaytest.PollArgs...)
 		relays = append(relays, relay)
-		relay.WaitLog(logPolling, faultWait)
-		w.WaitTx(t, 5, faultWait)
-		inFlight(t, env, relay, 300+rng.Intn(1200))
+		relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+		w.WaitTx(t, 5, relaytest.FaultWait)
+		relaytest.InFlight(t, env, relay, 300+rng.Intn(1200))
 		relay.Kill()
 	}
-	relay := startRelay(t, env, pollArgs...)
+	relay := suite.StartRelay(t, env, relaytest.PollArgs...)
 	relays = append(relays, relay)
-	relay.WaitLog(logPolling, faultWait)
-	w.WaitTx(t, 10, faultWait)
-	inFlight(t, env, relay, 2000)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	w.WaitTx(t, 10, relaytest.FaultWait)
+	relaytest.InFlight(t, env, relay, 2000)
 	env.NATS.Stop()
 	time.Sleep(3 * time.Second) // the outage
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitLogCount(t, relay, logOutageOver, 1, faultWait)
-	w.WaitTx(t, 10, faultWait)
+	relaytest.WaitLogCount(t, relay, relaytest.LogOutageOver, 1, relaytest.FaultWait)
+	w.WaitTx(t, 10, relaytest.FaultWait)
 	stop()
 	settlePolled(t, env, relay, w, 60, 0)
 	recovered := 0
@@ -115,11 +88,11 @@ const logClaimed = "rows claimed by a batch that did not commit"
 // TestPollRefusesWhileSlotExists: a polling relay does not start on a
 // table a WAL relay reads (it would publish everything again).
 func TestPollRefusesWhileSlotExists(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
-	wal := startRelay(t, env)
-	wal.WaitLog(logStreaming, faultWait)
-	poller := startRelay(t, env, pollArgs...)
-	if code := poller.Wait(faultWait); code != 1 {
+	env := suite.PollEnv(t, suite.NewEnv(t))
+	wal := suite.StartRelay(t, env)
+	wal.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	poller := suite.StartRelay(t, env, relaytest.PollArgs...)
+	if code := poller.Wait(relaytest.FaultWait); code != 1 {
 		t.Fatalf("polling relay exited %d, want 1", code)
 	}
 	if !strings.Contains(poller.Logs(), "replication slot") || !strings.Contains(poller.Logs(), "docs/polling.md") {
@@ -132,9 +105,9 @@ func TestPollRefusesWhileSlotExists(t *testing.T) {
 // the WAL relay publishes inserts only: updates of processed_at,
 // attempts, retry_after and last_error reach no one.
 func TestWALIgnoresPollBookkeeping(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
-	relay := startRelay(t, env)
-	relay.WaitLog(logStreaming, faultWait)
+	env := suite.PollEnv(t, suite.NewEnv(t))
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
 	env.WaitStored(2, 30*time.Second)
 	env.Exec(`UPDATE outbox_events SET processed_at = now(), attempts = attempts + 1, retry_after = now(), last_error = 'x'`)
@@ -156,33 +129,33 @@ func TestWALIgnoresPollBookkeeping(t *testing.T) {
 // slot) finds the table and the stream in agreement, and `dlq retry`
 // publishes the row once it is fixed.
 func TestPollDeadLetterListVerifyRetry(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
+	env := suite.PollEnv(t, suite.NewEnv(t))
 	ctx := context.Background()
 	if _, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.>", env.DeadSubj},
 		Storage: jetstream.FileStorage, MaxMsgSize: 2048, Duplicates: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	relay := startRelay(t, env, append(pollArgs, "--poll-max-attempts", "2", "--poll-backoff", "100ms")...)
-	relay.WaitLog(logPolling, faultWait)
+	relay := suite.StartRelay(t, env, append(relaytest.PollArgs, "--poll-max-attempts", "2", "--poll-backoff", "100ms")...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
 	tooBig := env.Tx(relaytest.NewRow("order", "1", "too.big", `{"blob": "`+strings.Repeat("x", 3000)+`"}`),
 		relaytest.NewRow("order", "1", "next", `{}`))[0]
-	for deadline := time.Now().Add(faultWait); pendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(relaytest.FaultWait); relaytest.PendingRows(t, env) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("rows still pending; log:\n%s", relay.Logs())
 		}
 	}
-	out, err := runCLI(t, "dlq", "list", "--pg-url", env.PGURL)
+	out, err := suite.Relay.RunCLI(t, "dlq", "list", "--pg-url", env.PGURL)
 	if err != nil || !strings.Contains(out, tooBig) || !strings.Contains(out, "gave up after 2 attempts") {
 		t.Fatalf("dlq list (%v):\n%s", err, out)
 	}
-	if out, err := runCLI(t, append([]string{"verify"}, env.ToolArgs()...)...); err != nil {
+	if out, err := suite.Relay.RunCLI(t, append([]string{"verify"}, env.ToolArgs()...)...); err != nil {
 		t.Fatalf("verify in polling mode (%v):\n%s", err, out)
 	}
 	env.Exec(`UPDATE outbox_events SET payload = '{"fixed": true}' WHERE id = $1`, tooBig)
-	if out, err := runCLI(t, append([]string{"dlq", "retry", "--id", tooBig}, env.ToolArgs()...)...); err != nil || !strings.Contains(out, "published") {
+	if out, err := suite.Relay.RunCLI(t, append([]string{"dlq", "retry", "--id", tooBig}, env.ToolArgs()...)...); err != nil || !strings.Contains(out, "published") {
 		t.Fatalf("dlq retry after fixing the row (%v):\n%s", err, out)
 	}
-	m := lastOnSubjects(t, env, "outbox.>")
+	m := relaytest.LastOnSubjects(t, env, "outbox.>")
 	if m.Header.Get(contract.HeaderMsgID) != tooBig || string(m.Data) != `{"fixed": true}` {
 		t.Errorf("retried event: %q %q", m.Header.Get(contract.HeaderMsgID), m.Data)
 	}
@@ -199,12 +172,12 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cluster.Close() })
-	env := pollEnv(t, relaytest.NewEnv(t, cluster))
-	relay := startRelay(t, env, pollArgs...)
-	relay.WaitLog(logPolling, faultWait)
-	w, stop := load(t, env)
-	w.WaitTx(t, 30, faultWait)
-	inFlight(t, env, relay, 2000)
+	env := suite.PollEnv(t, relaytest.NewEnv(t, cluster))
+	relay := suite.StartRelay(t, env, relaytest.PollArgs...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 30, relaytest.FaultWait)
+	relaytest.InFlight(t, env, relay, 2000)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cluster.Stop(ctx, "immediate"); err != nil {
@@ -214,9 +187,9 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 	if err := cluster.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.WaitTx(t, 20, faultWait)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
-	requireLog(t, relay, "poll failed", 1)
+	relaytest.RequireLog(t, relay, "poll failed", 1)
 	settlePolled(t, env, relay, w, 50, 0)
 	t.Logf("the relay found rows a failed batch had claimed %d times", relay.CountLog(logClaimed))
 }
@@ -226,13 +199,13 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 // the polling relay's batch waits through the outage and stores nothing
 // twice.
 func TestPollFaultNATSKilled(t *testing.T) {
-	env := pollEnv(t, newEnv(t))
-	nats := relaytest.StartNATSProcess(t, relayBin, true)
+	env := suite.PollEnv(t, suite.NewEnv(t))
+	nats := relaytest.StartNATSProcess(t, suite.NATS, true)
 	env.UseNATS(nats.URL())
-	relay := startRelay(t, env, pollArgs...)
-	relay.WaitLog(logPolling, faultWait)
-	w, stop := load(t, env)
-	killNATSTwice(t, env, relay, w, nats)
+	relay := suite.StartRelay(t, env, relaytest.PollArgs...)
+	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	w, stop := relaytest.Load(t, env)
+	relaytest.KillNATSTwice(t, env, relay, w, nats)
 	stop()
 	settlePolled(t, env, relay, w, 80, 0)
 }

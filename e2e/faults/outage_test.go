@@ -1,10 +1,8 @@
-package main
+package faults
 
 import (
 	"testing"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // TestIdleOutboxBusyTables: while the outbox is idle and other tables are
@@ -12,8 +10,8 @@ import (
 // is under 16 MB within one status interval.
 func TestIdleOutboxBusyTables(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
-	relay := startRelay(t, env, "--status-interval", "3s")
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env, "--status-interval", "3s")
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	env.Exec(`CREATE TABLE busy (id BIGSERIAL PRIMARY KEY, body TEXT)`)
 	for i := 0; i < 20; i++ { // 20 × ~10 MB
@@ -31,13 +29,4 @@ func TestIdleOutboxBusyTables(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func walsenderPID(t *testing.T, env *relaytest.Env) int32 {
-	t.Helper()
-	info := env.SlotInfo()
-	if !info.Active {
-		t.Fatal("slot is not active")
-	}
-	return info.ActivePID
 }

@@ -1,4 +1,4 @@
-package main
+package faults
 
 import (
 	"fmt"
@@ -22,11 +22,11 @@ const finalConfirmTimeout = 5 * time.Second
 // position and skips what the stream holds: every event once.
 func TestShutdownPostgresBlackholed(t *testing.T) {
 	t.Parallel()
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	proxy := relaytest.StartProxy(t, env.PGAddr())
 	env.RelayPG = env.PGURLVia(proxy.Addr())
 	const drain = 2 * time.Second
-	relay := startRelay(t, env, "--drain-timeout", drain.String())
+	relay := suite.StartRelay(t, env, "--drain-timeout", drain.String())
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	for i := range 5 {
 		env.Tx(relaytest.NewRow("order", fmt.Sprint(i), "order.created", `{}`),
@@ -60,7 +60,7 @@ func TestShutdownPostgresBlackholed(t *testing.T) {
 
 	proxy.Restore()
 	env.RelayPG = ""
-	next := startRelay(t, env)
+	next := suite.StartRelay(t, env)
 	next.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "after", "order.created", `{}`))
 	env.WaitRows(30 * time.Second)

@@ -1,4 +1,4 @@
-package main
+package nemesis
 
 import (
 	"flag"
@@ -9,7 +9,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
-// The nemesis flags: go test -run TestNemesis ./cmd/outbox-relay -args
+// The nemesis flags: go test -run TestNemesis ./e2e/nemesis -args
 // -nemesis.seed=N -nemesis.duration=20m -nemesis.faults=relay-kill,nats-kill
 var (
 	nemesisSeed     = flag.Uint64("nemesis.seed", 0, "seed of TestNemesis's fault schedule; the same seed replays the same schedule (0: from the clock)")
@@ -34,7 +34,7 @@ func TestNemesis(t *testing.T) {
 	}
 	duration := *nemesisDuration
 	if duration == 0 {
-		duration = waitLong(20*time.Second, 60*time.Second)
+		duration = relaytest.WaitLong(20*time.Second, 60*time.Second)
 	}
 	t.Logf("nemesis seed %d (replay with -args -nemesis.seed=%d)", seed, seed)
 	faults, err := relaytest.ParseFaults(*nemesisFaults)
@@ -50,12 +50,12 @@ func TestNemesis(t *testing.T) {
 	}
 	t.Cleanup(func() { cluster.Close() })
 	env := relaytest.NewEnv(t, cluster)
-	replay := fmt.Sprintf("go test -race -count=1 -timeout 60m -run 'TestNemesis$' -v ./cmd/outbox-relay -args -nemesis.seed=%d -nemesis.duration=%s", seed, duration)
+	replay := fmt.Sprintf("go test -race -count=1 -timeout 60m -run 'TestNemesis$' -v ./e2e/nemesis -args -nemesis.seed=%d -nemesis.duration=%s", seed, duration)
 	if *nemesisFaults != "" {
 		replay += " -nemesis.faults=" + *nemesisFaults
 	}
 	n := relaytest.NewNemesis(t, relaytest.NemesisConfig{
-		Env: env, Cluster: cluster, Relay: relayBin, Schedule: schedule, Replay: replay,
+		Env: env, Cluster: cluster, Relay: suite.Relay, NATS: suite.NATS, Schedule: schedule, Replay: replay,
 		RelayFlags: []string{"--ack-timeout", "2s", "--duplicate-window", "1s"},
 	})
 	res := n.Run()

@@ -1,4 +1,4 @@
-package main
+package messages
 
 import (
 	"context"
@@ -18,12 +18,12 @@ import (
 // publishes in flight restarts without storing any event twice (the
 // start-up and tail reads use the outbox.*.> filter).
 func TestDottedSubjects(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.SubjectDots = "tokens"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	relay := startRelay(t, env)
-	relay.WaitLog(logStreaming, faultWait)
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 
 	stream := env.StreamHandle(10 * time.Second)
 	if got := stream.CachedInfo().Config.Subjects; len(got) == 0 || got[0] != "outbox.*.>" {
@@ -56,8 +56,8 @@ func TestDottedSubjects(t *testing.T) {
 	if _, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed with %d publishes in flight", relay.WaitInFlight(faultWait))
+	t.Logf("killed with %d publishes in flight", relay.WaitInFlight(relaytest.FaultWait))
 	relay.Kill()
-	relay = startRelay(t, env)
-	settle(t, env, relay, nil, relaytest.Expect{})
+	relay = suite.StartRelay(t, env)
+	relaytest.Settle(t, env, relay, nil, relaytest.Expect{})
 }

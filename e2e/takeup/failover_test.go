@@ -1,4 +1,4 @@
-package main
+package takeup
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // chooses Postgres 17 or later; elsewhere they are skipped with the
 // command that runs them. The CI runs them in a step of their own:
 //
-//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run 'TestFailover|TestStandbyRelayRefused' ./cmd/outbox-relay
+//	OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) go test -run 'TestFailover|TestStandbyRelayRefused' ./e2e/takeup
 
 // Log lines the failover tests require.
 const (
@@ -32,21 +32,21 @@ const (
 // at start, with what to do. It runs on the test cluster, whatever its
 // version, and checks the refusal only below 17.
 func TestFailoverOldPostgres(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	var version int
 	if err := env.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	relay := startRelay(t, env, "--failover")
+	relay := suite.StartRelay(t, env, "--failover")
 	if version >= 170000 {
-		relay.WaitLog(logStreaming, faultWait)
+		relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 		if !slotFailover(t, env) {
 			t.Fatalf("the relay created slot %s without failover on Postgres %d", env.Slot, version)
 		}
 		relay.Drain(30 * time.Second)
 		return
 	}
-	if code := relay.Wait(faultWait); code == 0 {
+	if code := relay.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay with --failover on Postgres %d exited 0; log:\n%s", version, relay.Logs())
 	}
 	if !strings.Contains(relay.Logs(), "--failover needs Postgres 17 or later") {
@@ -71,26 +71,26 @@ func TestFailoverOldPostgres(t *testing.T) {
 func TestFailoverPromotedStandby(t *testing.T) {
 	pair := relaytest.StartPair(t, relaytest.PairOptions{Failover: true, Guard: true})
 	env := relaytest.NewEnv(t, pair)
-	first := startRelay(t, env)
-	first.WaitLog(logStreaming, faultWait)
+	first := suite.StartRelay(t, env)
+	first.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	first.Drain(30 * time.Second)
 	if slotFailover(t, env) {
 		t.Fatal("the slot is a failover slot before --failover was given")
 	}
 
-	relay := startRelay(t, env, "--failover", "--status-interval", "1s")
-	relay.WaitLog(logStreaming, faultWait)
-	requireLog(t, relay, logMadeFailover, 1)
+	relay := suite.StartRelay(t, env, "--failover", "--status-interval", "1s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.RequireLog(t, relay, logMadeFailover, 1)
 	if !slotFailover(t, env) {
 		t.Fatalf("slot %s is not a failover slot after a start with --failover", env.Slot)
 	}
-	w, stop := load(t, env)
-	w.WaitTx(t, 20, faultWait)
+	w, stop := relaytest.Load(t, env)
+	w.WaitTx(t, 20, relaytest.FaultWait)
 	pair.WaitSlotSynced(env.Slot)
 	before := w.CommittedTx()
-	inFlight(t, env, relay, 1000)
+	relaytest.InFlight(t, env, relay, 1000)
 
-	sessions := relay.CountLog(logStreaming)
+	sessions := relay.CountLog(relaytest.LogStreaming)
 	killed := time.Now()
 	if err := pair.Primary.Kill(); err != nil {
 		t.Fatal(err)
@@ -101,23 +101,23 @@ func TestFailoverPromotedStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	relay.WaitLog(logTimelineChanged, 2*faultWait)
-	waitLogCount(t, relay, logStreaming, sessions+1, faultWait)
+	relay.WaitLog(logTimelineChanged, 2*relaytest.FaultWait)
+	relaytest.WaitLogCount(t, relay, relaytest.LogStreaming, sessions+1, relaytest.FaultWait)
 	t.Logf("primary killed; standby promoted in %s; the relay streams from it %s after the promotion",
 		promoted.Sub(killed).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
 	// The events in flight at the kill were stored after the slot's last
 	// confirmation: the promoted standby's copy replays them, and the
 	// relay must skip them.
-	relay.WaitLog(logSkipStored, faultWait)
-	w.WaitTx(t, 20, 2*faultWait)
+	relay.WaitLog(relaytest.LogSkipStored, relaytest.FaultWait)
+	w.WaitTx(t, 20, 2*relaytest.FaultWait)
 	stop()
-	res := settle(t, env, relay, w, relaytest.Expect{MinTx: before + 20})
+	res := relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: before + 20})
 	if len(res.Duplicates) > 0 || len(res.Missing) > 0 {
 		t.Errorf("after the failover: %d missing, %d duplicated", len(res.Missing), len(res.Duplicates))
 	}
 	requireTimelines(t, env)
 	for _, line := range strings.Split(relay.Logs(), "\n") {
-		if strings.Contains(line, logTimelineChanged) || strings.Contains(line, logSkipStored) || strings.Contains(line, "reconnecting") || strings.Contains(line, logStreaming) {
+		if strings.Contains(line, logTimelineChanged) || strings.Contains(line, relaytest.LogSkipStored) || strings.Contains(line, "reconnecting") || strings.Contains(line, relaytest.LogStreaming) {
 			t.Log(line)
 		}
 	}
@@ -135,19 +135,19 @@ func TestFailoverPromotedStandby(t *testing.T) {
 func TestFailoverAheadOfStandby(t *testing.T) {
 	pair := relaytest.StartPair(t, relaytest.PairOptions{Failover: true})
 	env := relaytest.NewEnv(t, pair)
-	relay := startRelay(t, env, "--failover", "--status-interval", "1s")
-	relay.WaitLog(logStreaming, faultWait)
-	requireLog(t, relay, "synchronized_standby_slots is empty", 1)
+	relay := suite.StartRelay(t, env, "--failover", "--status-interval", "1s")
+	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.RequireLog(t, relay, "synchronized_standby_slots is empty", 1)
 	env.Tx(relaytest.NewRow("t", "a1", "before", `{"n": 1}`))
-	env.WaitRows(faultWait)
-	env.WaitSlotCaughtUp(faultWait)
+	env.WaitRows(relaytest.FaultWait)
+	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	pair.WaitSlotSynced(env.Slot)
 	pair.WaitReplayed()
 
 	pair.Link.Cut()
 	stored := env.CountStored()
 	orphans := env.Backlog(2000)
-	env.WaitStored(int(stored)+len(orphans), faultWait)
+	env.WaitStored(int(stored)+len(orphans), relaytest.FaultWait)
 	if err := pair.Primary.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,18 +156,18 @@ func TestFailoverAheadOfStandby(t *testing.T) {
 	if err := pair.Standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if code := relay.Wait(2 * faultWait); code == 0 {
+	if code := relay.Wait(2 * relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay exited 0 after publishing events beyond the fork; log:\n%s", relay.Logs())
 	}
-	requireLog(t, relay, "forking at", 1)
-	requireLog(t, relay, "synchronized_standby_slots on the primary", 1)
+	relaytest.RequireLog(t, relay, "forking at", 1)
+	relaytest.RequireLog(t, relay, "synchronized_standby_slots on the primary", 1)
 
 	for i := 0; i < 20; i++ {
 		txRetry(t, env, relaytest.NewRow("t", "a2", "after", fmt.Sprintf(`{"n": %d}`, i)))
 	}
-	again := startRelay(t, env, "--failover")
-	again.WaitLog(logStreaming, faultWait)
-	env.WaitSlotCaughtUp(faultWait)
+	again := suite.StartRelay(t, env, "--failover")
+	again.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	again.Drain(30 * time.Second)
 
 	rep, err := verify.Run(ctx, env.Pool, env.StreamHandle(10*time.Second), verify.Options{Table: env.Table, Subjects: []string{"outbox.>", env.DeadSubj}})
@@ -197,7 +197,7 @@ func TestFailoverAheadOfStandby(t *testing.T) {
 // connections to a dead primary fail.
 func txRetry(t *testing.T, env *relaytest.Env, rows ...relaytest.Row) {
 	t.Helper()
-	deadline := time.Now().Add(faultWait)
+	deadline := time.Now().Add(relaytest.FaultWait)
 	for {
 		_, err := env.TryTx(rows...)
 		if err == nil {
@@ -215,7 +215,7 @@ func txRetry(t *testing.T, env *relaytest.Env, rows ...relaytest.Row) {
 // the slot cannot alter the slot then; it waits as a standby instance and
 // makes the slot a failover slot when it takes over.
 func TestFailoverStandbyInstanceTakesOver(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	var version int
 	if err := env.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -223,22 +223,22 @@ func TestFailoverStandbyInstanceTakesOver(t *testing.T) {
 	if version < 170000 {
 		t.Skipf("needs Postgres 17 or later (the test cluster runs %d): run with OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17)", version)
 	}
-	active := startRelay(t, env)
-	active.WaitLog(logStreaming, faultWait)
-	standby := startRelay(t, env, "--failover")
-	standby.WaitLog("waiting as a standby", faultWait)
-	requireLog(t, standby, "this relay makes it one when it takes the slot over", 1)
+	active := suite.StartRelay(t, env)
+	active.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	standby := suite.StartRelay(t, env, "--failover")
+	standby.WaitLog("waiting as a standby", relaytest.FaultWait)
+	relaytest.RequireLog(t, standby, "this relay makes it one when it takes the slot over", 1)
 	if slotFailover(t, env) {
 		t.Fatal("the slot became a failover slot while another instance streamed from it")
 	}
 	active.Kill()
-	standby.WaitLog(logStreaming, faultWait)
-	waitLogCount(t, standby, logMadeFailover, 1, faultWait)
+	standby.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
+	relaytest.WaitLogCount(t, standby, logMadeFailover, 1, relaytest.FaultWait)
 	if !slotFailover(t, env) {
 		t.Errorf("slot %s is not a failover slot after the --failover instance took it over", env.Slot)
 	}
 	ids := env.Tx(relaytest.NewRow("t", "a1", "after", `{"n": 1}`))
-	env.WaitRows(faultWait)
+	env.WaitRows(relaytest.FaultWait)
 	standby.Drain(30 * time.Second)
 	env.Check()
 	t.Logf("published %s after the take-over", ids[0])
@@ -296,8 +296,8 @@ func TestStandbyRelayRefused(t *testing.T) {
 	env := relaytest.NewEnv(t, pair)
 	pair.WaitReplayed()
 	env.RelayPG = pair.Standby.URL(env.Database)
-	relay := startRelay(t, env)
-	if code := relay.Wait(faultWait); code == 0 {
+	relay := suite.StartRelay(t, env)
+	if code := relay.Wait(relaytest.FaultWait); code == 0 {
 		t.Fatalf("the relay pointed at a standby exited 0; log:\n%s", relay.Logs())
 	}
 	for _, want := range []string{"is a standby (in recovery)", "target_session_attrs=read-write", "add --primary-url"} {
@@ -306,11 +306,11 @@ func TestStandbyRelayRefused(t *testing.T) {
 		}
 	}
 	if pair.Primary.MajorVersion() < standbyReadMajor {
-		old := startRelay(t, env, "--primary-url", pair.Primary.URL(env.Database))
-		if code := old.Wait(faultWait); code == 0 {
+		old := suite.StartRelay(t, env, "--primary-url", pair.Primary.URL(env.Database))
+		if code := old.Wait(relaytest.FaultWait); code == 0 {
 			t.Fatalf("the relay reading from a Postgres %d standby exited 0; log:\n%s", pair.Primary.MajorVersion(), old.Logs())
 		}
-		requireLog(t, old, "logical decoding on a standby needs Postgres 16 or later", 1)
+		relaytest.RequireLog(t, old, "logical decoding on a standby needs Postgres 16 or later", 1)
 	}
 	var slots int
 	ctx := context.Background()

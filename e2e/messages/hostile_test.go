@@ -1,4 +1,4 @@
-package main
+package messages
 
 import (
 	"regexp"
@@ -17,11 +17,11 @@ import (
 // dropped connection. Rows that cannot be published (NULL id or payload)
 // go to the dead-letter subject and do not block the rest.
 func TestHostileValues(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	env.Exec(`DROP VIEW outbox_dead_letters`)
 	env.Exec(`ALTER TABLE outbox_events ALTER COLUMN aggregate_type TYPE TEXT, ALTER COLUMN aggregate_id TYPE TEXT,
 		ALTER COLUMN event_type TYPE TEXT, ALTER COLUMN payload DROP NOT NULL`)
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 
 	values := []string{"a.b", "*", ">", "a b", " ", "\t", "", strings.Repeat("x", 5000), "$JS.API.STREAM.DELETE.OUTBOX",
@@ -38,7 +38,7 @@ func TestHostileValues(t *testing.T) {
 
 	env.WaitStored(len(values)+2, 30*time.Second)
 	env.Check()
-	stored := storedByID(t, env)
+	stored := relaytest.StoredByID(t, env)
 	token := regexp.MustCompile(`^[A-Za-z0-9_%~-]+$`)
 	for id, v := range ids {
 		m, ok := stored[id]

@@ -1,7 +1,9 @@
-package main
+package poll
 
 import (
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // Log lines of the polling relay's recovery from a Postgres fault: a batch
@@ -27,26 +29,26 @@ func TestPollFaultNetwork(t *testing.T) {
 	for _, side := range []string{"nats", "postgres"} {
 		t.Run(side, func(t *testing.T) {
 			t.Parallel()
-			env := pollEnv(t, newEnv(t))
-			proxy := proxySide(t, env, side)
-			recovered := logOutageOver
+			env := suite.PollEnv(t, suite.NewEnv(t))
+			proxy := relaytest.ProxySide(t, env, side)
+			recovered := relaytest.LogOutageOver
 			if side == "postgres" {
 				recovered = logPollRecovered
 			}
-			relay := startRelay(t, env, pollArgs...)
-			relay.WaitLog(logPolling, faultWait)
-			w, stop := load(t, env)
-			cutThenPartition(t, env, relay, w, proxy, recovered)
+			relay := suite.StartRelay(t, env, relaytest.PollArgs...)
+			relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+			w, stop := relaytest.Load(t, env)
+			relaytest.CutThenPartition(t, env, relay, w, proxy, recovered)
 			stop()
 			settlePolled(t, env, relay, w, 150, 0)
 			if side == "postgres" {
-				requireLog(t, relay, logPollFailed, 2)
+				relaytest.RequireLog(t, relay, logPollFailed, 2)
 				// A batch cut off after its PubAcks left its claim: the
 				// next one read the stream instead of publishing again.
-				requireLog(t, relay, logClaimed, 1)
+				relaytest.RequireLog(t, relay, logClaimed, 1)
 				t.Logf("batches found rows claimed by a batch that did not commit %d times", relay.CountLog(logClaimed))
 			} else {
-				requireLog(t, relay, "reconnected to NATS", 2)
+				relaytest.RequireLog(t, relay, "reconnected to NATS", 2)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package main
+package messages
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 // once each, in commit order, with the right subject, headers and body;
 // rolled-back work never arrives; SIGTERM drains and exits 0.
 func TestEndToEnd(t *testing.T) {
-	env := newEnv(t)
+	env := suite.NewEnv(t)
 	ctx := context.Background()
 	before := env.Tx(relaytest.NewRow("order", "1", "order.created", `{"n": 1}`), relaytest.NewRow("order", "1", "order.paid", `{"n": 2}`))
 
-	relay := startRelay(t, env)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 
 	single := env.Tx(relaytest.NewRow("order", "42", "order.created", `{"total": 10.5, "items": ["a", "b"]}`))[0]
@@ -71,7 +71,7 @@ func TestEndToEnd(t *testing.T) {
 	if want := len(before) + 1 + len(bigIDs) + len(w.Committed()); rep.Rows != want || rep.Messages != want {
 		t.Errorf("rows %d, messages %d, want %d of each", rep.Rows, rep.Messages, want)
 	}
-	stored := storedByID(t, env)
+	stored := relaytest.StoredByID(t, env)
 	for _, id := range append(w.Aborted(), rolledBack, aborted) {
 		if _, ok := stored[id]; ok {
 			t.Errorf("rolled-back event %s was published", id)
@@ -131,17 +131,6 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// storedByID reads every message of the stream, keyed by event id (a dead
-// letter's too); a later message of the same event wins.
-func storedByID(t *testing.T, env *relaytest.Env) map[string]*jetstream.RawStreamMsg {
-	t.Helper()
-	out := map[string]*jetstream.RawStreamMsg{}
-	for _, m := range streamInOrder(t, env) {
-		out[strings.TrimPrefix(m.Header.Get(contract.HeaderMsgID), contract.DeadLetterMsgIDPrefix)] = m
-	}
-	return out
-}
-
 type rawMsg = jetstream.RawStreamMsg
 
 // TestCheckCatchesDamage: the check every fault case ends with fails on
@@ -150,8 +139,8 @@ type rawMsg = jetstream.RawStreamMsg
 // lands out of commit order, a message without the relay's headers, a
 // rolled-back event, a committed event gone.
 func TestCheckCatchesDamage(t *testing.T) {
-	env := newEnv(t)
-	relay := startRelay(t, env)
+	env := suite.NewEnv(t)
+	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	w := &relaytest.Workload{Writers: 2, MaxTxRows: 3, Aggregates: 5, RollbackEvery: 3}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -172,10 +161,10 @@ func TestCheckCatchesDamage(t *testing.T) {
 	if probe.CheckWith(expect); len(rec.errs) > 0 {
 		t.Fatalf("the check fails on a healthy stream: %v", rec.errs)
 	}
-	stored := storedByID(t, env)
+	stored := relaytest.StoredByID(t, env)
 	committed := w.Committed()
 	oldest := stored[committed[0]]
-	newest := lastOnSubjects(t, env, "outbox.>")
+	newest := relaytest.LastOnSubjects(t, env, "outbox.>")
 	publish := func(id string, from *rawMsg, header map[string]string) {
 		t.Helper()
 		m := nats.NewMsg(from.Subject)
