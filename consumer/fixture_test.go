@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // fixture is a test's database (migrated, with an effects table) and a
@@ -57,7 +58,7 @@ func (f *fixture) publish(id, aggregateID, payload string) uint64 {
 	f.t.Helper()
 	ev := &decode.Event{ID: id, AggregateType: "order", AggregateID: aggregateID, EventType: "order.created",
 		CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: []byte(payload)}
-	return f.publishMsg(sink.EventMsg(ev, "outbox.order.order%2Ecreated"))
+	return f.publishMsg(jssink.EventMsg(ev, "outbox.order.order%2Ecreated"))
 }
 
 func (f *fixture) publishMsg(msg *nats.Msg) uint64 {

@@ -6,19 +6,20 @@ import (
 	"strconv"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // batcher runs one batch at a time; Poller.loop owns it.
 type batcher struct {
 	p      *Poller
 	pool   *pgxpool.Pool
-	pub    *sink.Publisher
+	pub    *jssink.Publisher
 	stream jetstream.Stream
 }
 

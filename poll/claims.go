@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // ClaimsTable is the table, in the outbox table's schema, of the rows
@@ -119,7 +120,7 @@ func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[str
 	got := map[string]bool{}
 	cfg := b.p.cfg.Relay
 	subjects := []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}
-	err := sink.ForEach(ctx, b.stream, subjects, sink.Read{Since: since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+	err := jssink.ForEach(ctx, b.stream, subjects, jssink.Read{Since: since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
 		id := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), contract.DeadLetterMsgIDPrefix)
 		if want[id] {
 			got[id] = true

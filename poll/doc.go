@@ -8,7 +8,7 @@
 // instance is working on is skipped, not waited for), then, with a fresh
 // snapshot, reads the pending rows of the aggregates it holds in insertion
 // order (the seq column) FOR UPDATE, claims them (a row committed on
-// another connection), publishes them through sink.Publisher (same
+// another connection), publishes them through jetstream.Publisher (same
 // subjects, headers, Nats-Msg-Id and metrics as the WAL relay), waits for
 // their PubAcks, sets processed_at, releases the claim and commits. A
 // batch that ends without its commit (a kill, a failed commit) leaves its

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -88,7 +90,7 @@ func (p *Poller) drainTimeout() time.Duration {
 
 // Run polls until ctx ends or a fatal error:
 //
-//	outbox table ─batch: lock aggregates, read rows FOR UPDATE─▶ sink.Publisher ─PubAcks─▶ processed_at, COMMIT
+//	outbox table ─batch: lock aggregates, read rows FOR UPDATE─▶ jetstream.Publisher ─PubAcks─▶ processed_at, COMMIT
 //	     ▲ NOTIFY (migrate --notify) or every Interval
 //
 // Cancelling ctx stops taking rows, waits up to the drain timeout for the
@@ -105,14 +107,14 @@ func (p *Poller) Run(ctx context.Context) error {
 	if err := p.check(ctx, pool); err != nil {
 		return err
 	}
-	stream, err := relay.EnsureStream(ctx, p.nc, sink.StreamSpec{Name: cfg.Stream, Template: cfg.Subject,
+	stream, err := relay.EnsureStream(ctx, p.nc, jetstream.StreamSpec{Name: cfg.Stream, Template: cfg.Subject,
 		DeadLetterSubject: cfg.DeadLetterSubject, DuplicateWindow: cfg.DuplicateWindow}, log)
 	if err != nil {
 		return err
 	}
 	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
 	info := stream.CachedInfo()
-	pub, err := sink.NewPublisher(p.nc, sink.Config{
+	pub, err := jetstream.NewPublisher(p.nc, jetstream.Config{
 		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
 		Window: cfg.Window, WindowBytes: cfg.WindowBytes, AckTimeout: cfg.AckTimeout,
 		MaxMessageSize: int(info.Config.MaxMsgSize), Stream: stream, StartSeq: info.State.LastSeq,
@@ -120,7 +122,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			return store.RecordDeadLetter(ctx, ev.ID, reason, 0)
 		},
 		Source: p.source(ctx, pool),
-	}, log.With().Str("component", "sink").Logger(), sink.NewMetrics(p.reg))
+	}, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.reg))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -81,8 +83,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) streamSpec() sink.StreamSpec {
-	return sink.StreamSpec{
+func (c Config) streamSpec() jssink.StreamSpec {
+	return jssink.StreamSpec{
 		Name:              c.Stream,
 		Template:          c.Subject,
 		DeadLetterSubject: c.DeadLetterSubject,
@@ -91,9 +93,9 @@ func (c Config) streamSpec() sink.StreamSpec {
 }
 
 // sinkConfig is the publisher's configuration for stream.
-func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp, trace *startup.Trace) sink.Config {
+func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp, trace *startup.Trace) jssink.Config {
 	maxSize, lastSeq := streamLimits(stream)
-	return sink.Config{
+	return jssink.Config{
 		Subject:           c.Subject,
 		DeadLetterSubject: c.DeadLetterSubject,
 		Window:            c.Window,

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // OpenPool connects to Postgres, waiting while it is unreachable; bad
@@ -53,7 +54,7 @@ func OpenPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pg
 
 // EnsureStream provisions the stream, waiting while NATS or JetStream is
 // unavailable; a stream that does not fit is a fatal error.
-func EnsureStream(ctx context.Context, nc *nats.Conn, spec sink.StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
+func EnsureStream(ctx context.Context, nc *nats.Conn, spec jssink.StreamSpec, log zerolog.Logger) (jetstream.Stream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
@@ -65,13 +66,13 @@ func EnsureStream(ctx context.Context, nc *nats.Conn, spec sink.StreamSpec, log 
 			return nil, err
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := sink.EnsureStream(sctx, js, spec, log)
+		_, err := jssink.EnsureStream(sctx, js, spec, log)
 		var stream jetstream.Stream
 		if err == nil {
 			stream, err = js.Stream(sctx, spec.Name)
 		}
 		cancel()
-		if err == nil || errors.Is(err, sink.ErrStreamConfig) {
+		if err == nil || errors.Is(err, jssink.ErrStreamConfig) {
 			return stream, err
 		}
 		if logs.Allow() {

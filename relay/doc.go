@@ -2,7 +2,7 @@
 // checkpoint into one pipeline and owns the start-up protocol that decides
 // how a relay takes up its slot.
 //
-//	Postgres WAL ─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ sink.Publisher ─PubAck─▶ checkpoint
+//	Postgres WAL ─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ jetstream.Publisher ─PubAck─▶ checkpoint
 //
 // At start the relay resumes its slot; or creates it and first publishes,
 // from the slot's snapshot, the rows already in the table; or, asked to

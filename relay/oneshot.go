@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,14 +16,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // OneShot publishes a batch of events read from the table (verify
 // --republish, dlq retry) with the relay's own publisher: same subjects,
 // headers, ordering and dead-letter handling.
 type OneShot struct {
-	pub    *sink.Publisher
+	pub    *jssink.Publisher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -42,7 +43,7 @@ func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg
 	o := &OneShot{dead: map[string]string{}}
 	maxSize, lastSeq := streamLimits(stream)
 	record := recordDeadLetter(store)
-	pub, err := sink.NewPublisher(nc, sink.Config{
+	pub, err := jssink.NewPublisher(nc, jssink.Config{
 		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
 		MaxMessageSize: maxSize, Stream: stream, StartSeq: lastSeq, Source: src.stampOrNil(),
 		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
@@ -51,7 +52,7 @@ func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg
 			o.mu.Unlock()
 			return record(ctx, ev, reason)
 		},
-	}, log, sink.NewMetrics(prometheus.NewRegistry()))
+	}, log, jssink.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		return nil, err
 	}

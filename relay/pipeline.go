@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,7 +20,7 @@ import (
 // reconnect), numbers the rest through the publisher, and answers "what is
 // safe to confirm" from the publisher's acknowledgements.
 type pipeline struct {
-	pub     *sink.Publisher
+	pub     *jetstream.Publisher
 	tracker *checkpoint.Tracker
 	ledger  *checkpoint.Ledger
 	// gate clears positions for confirmation (the ledger written, the

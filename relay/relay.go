@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +21,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // Relay is one relay process: it takes up its slot, then streams until its
@@ -97,7 +98,7 @@ func (r *Relay) Ready() error {
 
 // Run runs the relay until ctx ends or a fatal error:
 //
-//	Postgres WAL ─pgoutput─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ sink.Publisher ─PubAck─▶ checkpoint.Tracker
+//	Postgres WAL ─pgoutput─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ jssink.Publisher ─PubAck─▶ checkpoint.Tracker
 //	     ▲                                                                                                 │
 //	     └──────────── standby status update: flush LSN, written to checkpoint.Ledger first ◀──────────────┘
 //
@@ -181,7 +182,7 @@ type takenUp struct {
 	pool    *pgxpool.Pool
 	record  *pgxpool.Pool       // the primary's, with --primary-url
 	repl    *replication.Opened // the first session's connection, if opened ahead
-	pub     *sink.Publisher
+	pub     *jssink.Publisher
 	starter *starter
 	pipe    *pipeline
 	action  checkpoint.Action
@@ -309,7 +310,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 	if err != nil {
 		return up, err
 	}
-	if up.pub, err = sink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp, startup.FromContext(ctx)), log.With().Str("component", "sink").Logger(), sink.NewMetrics(r.reg)); err != nil {
+	if up.pub, err = jssink.NewPublisher(r.nc, cfg.sinkConfig(stream, store, src.stamp, startup.FromContext(ctx)), log.With().Str("component", "sink").Logger(), jssink.NewMetrics(r.reg)); err != nil {
 		return up, err
 	}
 	bg.goRun("publisher", up.pub.Run)
@@ -320,8 +321,8 @@ func (r *Relay) takeUp(ctx context.Context, bg *group) (up *takenUp, err error) 
 	if err := r.reg.Register(skipped); err != nil {
 		return up, fmt.Errorf("register metrics: %w", err)
 	}
-	// The starter reads the stream as this relay's (sink.WithSource).
-	up.starter = &starter{cfg: cfg, pool: pool, record: record, repl: r.replCfg, stream: sink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn, checked: checked,
+	// The starter reads the stream as this relay's (jssink.WithSource).
+	up.starter = &starter{cfg: cfg, pool: pool, record: record, repl: r.replCfg, stream: jssink.WithSource(stream, src.stamp), store: store, pub: up.pub, skipped: skipped, log: log, lockConn: lockConn, checked: checked,
 		closeRepl: func() { opened.Close(ctx); opened = nil }}
 	if up.pipe, up.action, err = up.starter.start(ctx); err != nil {
 		return up, err

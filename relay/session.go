@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
@@ -50,7 +52,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		if err != nil {
 			return err
 		}
-		tail := sink.Tail{
+		tail := jetstream.Tail{
 			Stream: s.stream, Subject: cfg.Subject.Filter(),
 			DeadLetters: dead, DeadLetterSubject: cfg.DeadLetterSubject,
 			From: info.ConfirmedFlush, Source: pipe.source.Source(),
@@ -58,7 +60,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		var deadLetters []sink.StoredEvent
 		end = startup.Phase(ctx, "tail_read")
 		defer end()
-		err = sink.ReadTail(rctx, tail, func(ev sink.StoredEvent) {
+		err = jetstream.ReadTail(rctx, tail, func(ev sink.StoredEvent) {
 			stored.Add(ev.Position, ev.ID)
 			if ev.DeadLetter {
 				deadLetters = append(deadLetters, ev)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
@@ -164,7 +166,7 @@ func (s *source) deadLetters(ctx context.Context, events jetstream.Stream, subje
 	if s == nil {
 		return nil, nil
 	}
-	return sink.DeadLetterStream(ctx, s.js, events, subject)
+	return jssink.DeadLetterStream(ctx, s.js, events, subject)
 }
 
 // otherEventAt notes a replayed event whose position the stream holds

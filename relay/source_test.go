@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,8 +60,8 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 		{"lost-timeline-event", "created", decode.Position{CommitLSN: commits[1], Index: 0}, earlierTimeline},
 	} {
 		ev := orderEvent(m.id, m.eventType, m.at)
-		msg := sink.EventMsg(ev, cfg.Subject.Render(ev))
-		m.src.SetHeaders(msg.Header)
+		msg := jssink.EventMsg(ev, cfg.Subject.Render(ev))
+		jssink.SetSourceHeaders(msg.Header, m.src)
 		if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
@@ -217,10 +219,10 @@ func TestDeadLetterStoredButNotRecorded(t *testing.T) {
 	defer cancel()
 	src := relaySource(ctx, t, env)
 	ev := orderEvent(ids[0], "created", decode.Position{CommitLSN: commits[0]})
-	msg := sink.EventMsg(ev, cfg.DeadLetterSubject)
+	msg := jssink.EventMsg(ev, cfg.DeadLetterSubject)
 	msg.Header.Set(contract.HeaderMsgID, contract.DeadLetterMsgIDPrefix+ids[0])
 	msg.Header.Set(contract.HeaderDeadLetterReason, "refused by the stream")
-	src.SetHeaders(msg.Header)
+	jssink.SetSourceHeaders(msg.Header, src)
 	if _, err := env.JS.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}

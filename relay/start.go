@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,7 +20,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -41,7 +42,7 @@ type starter struct {
 	repl    *pgconn.Config
 	stream  jetstream.Stream
 	store   *checkpoint.Store
-	pub     *sink.Publisher
+	pub     *jssink.Publisher
 	skipped prometheus.Counter
 	log     zerolog.Logger
 	// standby is set when pool is a hot standby (--primary-url).
@@ -182,7 +183,7 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 	if err != nil {
 		return slot, rec, 0, err
 	}
-	last, err := sink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
+	last, err := jssink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
 	if err != nil {
 		return slot, rec, 0, err
 	}

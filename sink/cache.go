@@ -2,12 +2,12 @@ package sink
 
 import "github.com/outbox-relay/outbox-relay/decode"
 
-// subjectCache remembers rendered subjects: an outbox usually carries a
+// SubjectCache remembers rendered subjects: an outbox usually carries a
 // handful of aggregate and event types, so most events reuse a subject
 // rendered before. A template with {aggregate_id} is rendered every time:
 // aggregate ids rarely repeat soon enough to pay for the cache. Guarded
-// by the Publisher's sendMu.
-type subjectCache struct {
+// by its user: not safe for concurrent use.
+type SubjectCache struct {
 	tpl Template
 	m   map[subjectKey]string
 }
@@ -21,11 +21,11 @@ const (
 	maxCachedValue = 64
 )
 
-func newSubjectCache(tpl Template) *subjectCache {
-	return &subjectCache{tpl: tpl, m: make(map[subjectKey]string)}
+func NewSubjectCache(tpl Template) *SubjectCache {
+	return &SubjectCache{tpl: tpl, m: make(map[subjectKey]string)}
 }
 
-func (c *subjectCache) render(ev *decode.Event) string {
+func (c *SubjectCache) Render(ev *decode.Event) string {
 	if c.tpl.usesAggregateID || len(ev.AggregateType) > maxCachedValue || len(ev.EventType) > maxCachedValue {
 		return c.tpl.Render(ev)
 	}

@@ -16,14 +16,14 @@ func TestSubjectCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := newSubjectCache(tpl)
+		c := NewSubjectCache(tpl)
 		buf := []byte("order.created")
 		for i := 0; i < 3*maxCached; i++ {
 			// The event's strings view a buffer that the next event reuses,
 			// as the decoder's arena does.
 			copy(buf, fmt.Sprintf("o%04d.created", i%(2*maxCached))[:len(buf)])
 			ev := &decode.Event{AggregateType: unsafe.String(&buf[0], 5), EventType: unsafe.String(&buf[6], len(buf)-6), AggregateID: fmt.Sprint(i)}
-			if got, want := c.render(ev), tpl.Render(ev); got != want {
+			if got, want := c.Render(ev), tpl.Render(ev); got != want {
 				t.Fatalf("%s: event %d: cached %q, rendered %q", src, i, got, want)
 			}
 		}

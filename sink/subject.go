@@ -244,3 +244,13 @@ func Covers(filter, pattern string) bool {
 	}
 	return len(f) == len(p)
 }
+
+// CheckSubject validates a literal subject such as the dead-letter subject.
+func CheckSubject(s string) error {
+	for _, tok := range strings.Split(s, ".") {
+		if err := checkLiteralToken(tok); err != nil {
+			return fmt.Errorf("subject %q: %w", s, err)
+		}
+	}
+	return nil
+}

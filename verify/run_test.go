@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // fakeRows is a Querier whose every query returns the same ids.
@@ -70,7 +71,7 @@ func TestRun(t *testing.T) {
 	ev := func(id string, lsn uint64) *nats.Msg {
 		e := decode.Event{ID: id, AggregateType: "order", AggregateID: "7", EventType: "created", Payload: []byte(`{}`),
 			CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), Position: decode.Position{CommitLSN: pglogrepl.LSN(0x100 + 0x10*lsn)}}
-		return sink.EventMsg(&e, "outbox.order.created")
+		return jssink.EventMsg(&e, "outbox.order.created")
 	}
 	publish(ev("a", 1))
 	publish(ev("c", 3))

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -38,7 +40,7 @@ type Options struct {
 	// (another cluster or slot, see sink.Source.SameRelay) sharing the
 	// stream are left out. Messages without a source, published by relays
 	// older than the Outbox-Source-* headers, count as this relay's. When
-	// unset, the source a stream from sink.WithSource carries is used; with
+	// unset, the source a stream from jssink.WithSource carries is used; with
 	// neither, every relay message counts.
 	Source sink.Source
 }
@@ -111,7 +113,7 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 		return Report{}, err
 	}
 	if opts.Source.IsZero() {
-		opts.Source, _ = sink.SourceOf(stream)
+		opts.Source, _ = jssink.SourceOf(stream)
 	}
 	c := newComparison(rows, opts)
 	// Messages are chosen by their Outbox-Created-At; the stream is only
@@ -121,7 +123,7 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 	if !from.IsZero() {
 		from = from.Add(-clockMargin)
 	}
-	err = sink.ForEach(ctx, stream, opts.Subjects, sink.Read{Since: from, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+	err = jssink.ForEach(ctx, stream, opts.Subjects, jssink.Read{Since: from, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
 		c.add(m)
 		return true
 	})
@@ -154,7 +156,7 @@ func newComparison(rows map[string]struct{}, opts Options) *comparison {
 
 // add takes the next stored message, in stream order.
 func (c *comparison) add(m *jetstream.RawStreamMsg) {
-	ev, ok := sink.ParseStored(m)
+	ev, ok := jssink.ParseStored(m)
 	if ok && !sink.OwnedBy(ev, c.opts.Source) {
 		return // another relay's message, in a shared stream
 	}
@@ -279,7 +281,7 @@ func inRange(createdAt string, opts Options) (in, known bool) {
 // Messages calls fn for every message on subjects stored in the stream up
 // to its last sequence at the time of the call, in stream order.
 func Messages(ctx context.Context, stream jetstream.Stream, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
-	return sink.ForEach(ctx, stream, subjects, sink.Read{}, func(m *jetstream.RawStreamMsg) bool {
+	return jssink.ForEach(ctx, stream, subjects, jssink.Read{}, func(m *jetstream.RawStreamMsg) bool {
 		fn(m)
 		return true
 	})

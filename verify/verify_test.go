@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // stored builds the message the relay publishes for an event, as the
@@ -22,7 +23,7 @@ import (
 func stored(id, agg string, lsn pglogrepl.LSN, idx uint32) *jetstream.RawStreamMsg {
 	ev := decode.Event{ID: id, AggregateType: "order", AggregateID: agg, EventType: "created",
 		CreatedAt: "2024-05-01T10:00:00Z", Position: decode.Position{CommitLSN: lsn, Index: idx}}
-	m := sink.EventMsg(&ev, "outbox.order.created")
+	m := jssink.EventMsg(&ev, "outbox.order.created")
 	return &jetstream.RawStreamMsg{Subject: m.Subject, Header: m.Header}
 }
 

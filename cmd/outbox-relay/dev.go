@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -18,7 +20,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 type devCmd struct {
@@ -95,7 +96,7 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 func defaultNames() nameFlags {
 	return nameFlags{Slot: contract.DefaultSlot, Publication: contract.DefaultPublication, Table: contract.DefaultTable.String(),
 		Stream: contract.DefaultStream, Subject: contract.DefaultSubject, DeadLetterSubject: contract.DefaultDeadLetterSubject,
-		DuplicateWindow: sink.DefaultDuplicateWindow}
+		DuplicateWindow: jetstream.DefaultDuplicateWindow}
 }
 
 // servers starts what the user did not point at.

@@ -5,12 +5,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/relay"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 type doctorCmd struct {
@@ -76,7 +77,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		unreachable = true
 		rep.Add(doctor.Finding{Check: "nats.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --nats-url and the credential and TLS flags (--nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key)"})
 	} else {
-		spec := sink.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
+		spec := jetstream.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
 		o := doctor.NATSOptions{Stream: spec, MaxOutage: c.MaxOutage, Payload: payload}
 		if c.Source == sourcePoll {
 			o.Poll = &doctor.PollTiming{Interval: c.PollInterval, AckTimeout: c.AckTimeout}

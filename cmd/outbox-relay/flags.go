@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/mattn/go-isatty"
@@ -184,10 +186,10 @@ func defaults() kong.Vars {
 		"dead_letter_subject": contract.DefaultDeadLetterSubject,
 		"message_prefix":      contract.DefaultMessagePrefix,
 		"metrics_addr":        contract.DefaultMetricsAddr,
-		"duplicate_window":    shortDuration(sink.DefaultDuplicateWindow),
-		"window":              strconv.Itoa(sink.DefaultWindow),
-		"window_bytes":        strconv.Itoa(sink.DefaultWindowBytes),
-		"ack_timeout":         shortDuration(sink.DefaultAckTimeout),
+		"duplicate_window":    shortDuration(jetstream.DefaultDuplicateWindow),
+		"window":              strconv.Itoa(jetstream.DefaultWindow),
+		"window_bytes":        strconv.Itoa(jetstream.DefaultWindowBytes),
+		"ack_timeout":         shortDuration(jetstream.DefaultAckTimeout),
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
 		"max_outage":          shortDuration(doctor.DefaultMaxOutage),

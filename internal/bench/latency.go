@@ -10,10 +10,10 @@ import (
 	"sort"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // latencyResult is one fixed-rate run.
@@ -144,7 +144,7 @@ func commitToStored(ctx context.Context, pool *pgxpool.Pool, stream jetstream.St
 	want := len(committed)
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		var samples []latencySample
-		err := sink.ForEach(ctx, stream, []string{sc.subject.Filter()}, sink.Read{From: skip + 1}, func(m *jetstream.RawStreamMsg) bool {
+		err := jssink.ForEach(ctx, stream, []string{sc.subject.Filter()}, jssink.Read{From: skip + 1}, func(m *jetstream.RawStreamMsg) bool {
 			var p struct {
 				OrderID   int       `json:"order_id"`
 				WrittenAt time.Time `json:"written_at"`

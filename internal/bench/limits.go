@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +21,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // pgRecvlogical measures how fast Postgres's own pg_recvlogical receives
@@ -116,7 +117,7 @@ func jetStreamLimit(ctx context.Context, natsURL string, n, payloadSize int) (ti
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
 		ev := sampleEvent(i, payloadSize)
-		msgs[i] = sink.EventMsg(&ev, "bench_l2_"+name+".order.created")
+		msgs[i] = jssink.EventMsg(&ev, "bench_l2_"+name+".order.created")
 	}
 	started := time.Now()
 	for _, m := range msgs {

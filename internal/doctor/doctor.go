@@ -3,7 +3,7 @@
 // it. It gathers facts from the servers, then judges them with pure
 // functions (tested without servers); the knowledge of what the relay
 // needs stays in the packages that own it (replication.Preflight,
-// sink.CheckStream), which doctor asks rather than repeats.
+// jetstream.CheckStream), which doctor asks rather than repeats.
 //
 // CheckPostgres judges a database for the WAL relay; CheckPostgresPoll for
 // the polling relay (run --source poll), which needs none of the

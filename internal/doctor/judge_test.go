@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -112,7 +114,7 @@ func TestPGFindings(t *testing.T) {
 	}
 }
 
-var testSpec = sink.StreamSpec{Name: "OUTBOX", Template: mustTemplate("outbox.{aggregate_type}.{event_type}"), DeadLetterSubject: "outbox_dead_letter"}
+var testSpec = jssink.StreamSpec{Name: "OUTBOX", Template: mustTemplate("outbox.{aggregate_type}.{event_type}"), DeadLetterSubject: "outbox_dead_letter"}
 
 func mustTemplate(s string) sink.Template {
 	t, err := sink.ParseTemplate(s)
@@ -147,10 +149,10 @@ func TestNATSFindings(t *testing.T) {
 		{"missing stream", func(f *natsFacts, _ *NATSOptions) { f.StreamExists = false }, "nats.stream", Info, ""},
 		{"subjects taken by another stream", func(f *natsFacts, _ *NATSOptions) { f.StreamExists, f.SubjectOwner = false, "ORDERS" }, "nats.stream", Error, "--stream ORDERS"},
 		{"memory storage", func(f *natsFacts, _ *NATSOptions) {
-			f.Problems = []sink.StreamProblem{{Kind: "storage", What: "memory", Fix: "nats stream rm OUTBOX"}}
+			f.Problems = []jssink.StreamProblem{{Kind: "storage", What: "memory", Fix: "nats stream rm OUTBOX"}}
 		}, "nats.stream_storage", Error, "nats stream rm"},
 		{"discard old", func(f *natsFacts, _ *NATSOptions) {
-			f.Problems = []sink.StreamProblem{{Kind: "discard", What: "old", Fix: "--discard new"}}
+			f.Problems = []jssink.StreamProblem{{Kind: "discard", What: "old", Fix: "--discard new"}}
 		}, "nats.stream_discard", Warn, "--discard new"},
 		{"one replica in a cluster", func(f *natsFacts, _ *NATSOptions) { f.Cluster = "c1" }, "nats.replicas", Warn, "--replicas 3"},
 		{"payload too large for the server", func(f *natsFacts, o *NATSOptions) { o.Payload.LargestPayload = 1 << 20 }, "nats.max_message_size", Error, "max_payload: 2097152"},

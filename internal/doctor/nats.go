@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // DefaultMaxOutage is the longest NATS outage the duplicate window is
 // checked against unless told otherwise: the window the relay gives a
 // stream it creates.
-const DefaultMaxOutage = sink.DefaultDuplicateWindow
+const DefaultMaxOutage = jssink.DefaultDuplicateWindow
 
 // headerAllowance is room for the headers the relay adds to a payload
 // (ids, types, times, LSN, source): they count against the message size.
@@ -26,7 +26,7 @@ const headerAllowance = 1024
 
 // NATSOptions are what the NATS checks judge against.
 type NATSOptions struct {
-	Stream sink.StreamSpec
+	Stream jssink.StreamSpec
 	// MaxOutage is the longest time the relay may be unable to publish
 	// (a NATS outage) without a resend being stored twice.
 	MaxOutage time.Duration
@@ -50,7 +50,7 @@ type natsFacts struct {
 	JetStreamErr error
 	StreamExists bool
 	Stream       jetstream.StreamConfig
-	Problems     []sink.StreamProblem
+	Problems     []jssink.StreamProblem
 	// SubjectOwner is another stream that already takes the template's
 	// subjects, when the relay's stream does not exist.
 	SubjectOwner string
@@ -94,7 +94,7 @@ func readNATS(ctx context.Context, nc *nats.Conn, o NATSOptions) (natsFacts, err
 	default:
 		f.StreamExists = true
 		f.Stream = stream.CachedInfo().Config
-		f.Problems = sink.CheckStream(ctx, js, f.Stream, o.Stream)
+		f.Problems = jssink.CheckStream(ctx, js, f.Stream, o.Stream)
 	}
 	f.Sync = readSync(ctx, nc)
 	return f, nil
@@ -182,7 +182,7 @@ func streamFindings(f natsFacts, o NATSOptions) []Finding {
 }
 
 func createdWindow(o NATSOptions) time.Duration {
-	return cmp.Or(o.Stream.DuplicateWindow, sink.DefaultDuplicateWindow)
+	return cmp.Or(o.Stream.DuplicateWindow, jssink.DefaultDuplicateWindow)
 }
 
 // duplicateWindowFinding: a publish resent after an outage carries the same

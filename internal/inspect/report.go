@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -138,7 +140,7 @@ func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
 	}
 	state := stream.CachedInfo().State
 	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
-	if r.LastEvent, err = sink.LastEvent(sctx, stream, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
+	if r.LastEvent, err = jssink.LastEvent(sctx, stream, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
 		r.StreamError = err.Error()
 	}
 }

@@ -141,11 +141,11 @@ func (r *Relay) Drain(timeout time.Duration) {
 }
 
 // InFlightMetric is the relay's gauge of events sent and not yet
-// acknowledged (sink.Metrics.InFlight).
+// acknowledged (jetstream.Metrics.InFlight).
 const InFlightMetric = "outbox_relay_publish_in_flight"
 
 // DuplicateAcksMetric counts the publishes JetStream acknowledged as
-// duplicates, that is, dropped (sink.Metrics.Duplicates).
+// duplicates, that is, dropped (jetstream.Metrics.Duplicates).
 const DuplicateAcksMetric = "outbox_relay_duplicate_acks_total"
 
 // WaitInFlight waits until the relay reports events in flight (published,

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -448,7 +450,7 @@ func (e *Env) checkOrder(ctx context.Context, stream jetstream.Stream, subjects 
 	var topID string
 	lastSeq := map[string]int64{}
 	err := verify.Messages(ctx, stream, subjects, func(m *jetstream.RawStreamMsg) {
-		ev, ok := sink.ParseStored(m)
+		ev, ok := jssink.ParseStored(m)
 		if !ok {
 			return // verify reports it as unparsed
 		}

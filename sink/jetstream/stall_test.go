@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // droppingStream is the stream seen through a JetStream that drops API
 // requests without a reply, as a server does while JetStream is stopping:
 // while dropping, Info and GetMsg wait until their context ends.
 type droppingStream struct {
-	jetstream.Stream
+	natsjs.Stream
 	dropping atomic.Bool
 	waiting  atomic.Int32 // dropped requests not yet given up
 
@@ -34,14 +34,14 @@ func (s *droppingStream) drop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *droppingStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+func (s *droppingStream) Info(ctx context.Context, opts ...natsjs.StreamInfoOpt) (*natsjs.StreamInfo, error) {
 	if s.dropping.Load() {
 		return nil, s.drop(ctx)
 	}
 	return s.Stream.Info(ctx, opts...)
 }
 
-func (s *droppingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+func (s *droppingStream) GetMsg(ctx context.Context, seq uint64, opts ...natsjs.GetMsgOpt) (*natsjs.RawStreamMsg, error) {
 	if s.dropping.Load() {
 		return nil, s.drop(ctx)
 	}
@@ -71,7 +71,7 @@ func TestRecoveryRequestDropped(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+			e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
 			stream := &droppingStream{Stream: e.stream}
 			p := e.publisher(t, Config{Window: 64, AckTimeout: c.ackTimeout, Stream: stream})
 			gate := gateReplies(t, p, gatePass)

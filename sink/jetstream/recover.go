@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
@@ -149,14 +149,14 @@ const reconcileBudget = 2 * time.Minute
 // (timeouts, no responders, JetStream or the stream's leader not available
 // for now) rather than for a reason that waiting does not cure.
 func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
+	var apiErr *natsjs.APIError
 	if errors.As(err, &apiErr) {
 		// 10008: JetStream system temporarily unavailable; 503: no
 		// responders or no leader yet.
-		return apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled || apiErr.ErrorCode == 10008 || apiErr.Code == 503
+		return apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled || apiErr.ErrorCode == 10008 || apiErr.Code == 503
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, natsjs.ErrNoStreamResponse)
 }
 
 // settled reports whether no message is waiting for a reply.
@@ -267,7 +267,7 @@ func (p *Publisher) request(ctx context.Context, fn func(context.Context) error)
 		err := fn(tctx)
 		cancel()
 		switch {
-		case err == nil || errors.Is(err, jetstream.ErrMsgNotFound):
+		case err == nil || errors.Is(err, natsjs.ErrMsgNotFound):
 			return err
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
@@ -283,7 +283,7 @@ func (p *Publisher) request(ctx context.Context, fn func(context.Context) error)
 }
 
 // streamInfo reads the stream's info, retried as request retries.
-func (p *Publisher) streamInfo(ctx context.Context) (info *jetstream.StreamInfo, err error) {
+func (p *Publisher) streamInfo(ctx context.Context) (info *natsjs.StreamInfo, err error) {
 	err = p.request(ctx, func(ctx context.Context) (err error) {
 		info, err = p.cfg.Stream.Info(ctx)
 		return err
@@ -364,7 +364,7 @@ func (p *Publisher) notReconciled(err error) error {
 // sequence from on, or, when no dead letter's PubAck came from it yet
 // (from is 1), among its newest messages.
 func (p *Publisher) findDeadLetters(ctx context.Context, name string, from uint64, want map[string]uint64) (int, error) {
-	js, err := jetstream.New(p.nc)
+	js, err := natsjs.New(p.nc)
 	if err != nil {
 		return 0, err
 	}
@@ -377,7 +377,7 @@ func (p *Publisher) findDeadLetters(ctx context.Context, name string, from uint6
 			return 0, fmt.Errorf("look up the stream of the dead-letter subject %q: %w", p.cfg.DeadLetterSubject, err)
 		}
 	}
-	var info *jetstream.StreamInfo
+	var info *natsjs.StreamInfo
 	err = p.request(ctx, func(ctx context.Context) error {
 		if p.deadLetters == nil || p.deadLetters.CachedInfo().Config.Name != name {
 			stream, err := js.Stream(ctx, name)
@@ -404,19 +404,19 @@ func (p *Publisher) findDeadLetters(ctx context.Context, name string, from uint6
 // messages on subject, when set) and settles the unacknowledged messages
 // in want (Nats-Msg-Id to sequence number) it finds there. It returns how
 // many it settled.
-func (p *Publisher) findStored(ctx context.Context, stream jetstream.Stream, name, subject string, from, last uint64, want map[string]uint64) (int, error) {
+func (p *Publisher) findStored(ctx context.Context, stream natsjs.Stream, name, subject string, from, last uint64, want map[string]uint64) (int, error) {
 	found := 0
-	var opts []jetstream.GetMsgOpt
+	var opts []natsjs.GetMsgOpt
 	if subject != "" {
-		opts = append(opts, jetstream.WithGetMsgSubject(subject))
+		opts = append(opts, natsjs.WithGetMsgSubject(subject))
 	}
 	for seq := from; seq <= last && len(want) > 0; seq++ {
-		var m *jetstream.RawStreamMsg
+		var m *natsjs.RawStreamMsg
 		err := p.request(ctx, func(ctx context.Context) (err error) {
 			m, err = stream.GetMsg(ctx, seq, opts...)
 			return err
 		})
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			if subject != "" {
 				break // nothing on subject from seq on
 			}

@@ -1,11 +1,13 @@
-package sink
+package jetstream
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/sink"
+
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -107,7 +109,7 @@ func TestDeadLetterMessage(t *testing.T) {
 // source; a new source (the slot's creation point, a new timeline) reaches
 // the next message; filling a message allocates nothing.
 func TestWireSource(t *testing.T) {
-	stamp := NewStamp(Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay"})
+	stamp := sink.NewStamp(sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay"})
 	w := newWireMsg().withSource(stamp)
 	ev := &decode.Event{ID: "id-1", AggregateType: "order", AggregateID: "42", EventType: "created",
 		Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x16B374D848, Index: 3}}
@@ -121,18 +123,18 @@ func TestWireSource(t *testing.T) {
 	if _, ok := h[contract.HeaderSourceOrigin]; ok {
 		t.Errorf("origin stamped before it is known: %v", h)
 	}
-	stamp.Set(Source{System: "7301234567890123456", Timeline: 2, Slot: "outbox_relay", Origin: 0x1A2B3C4})
+	stamp.Set(sink.Source{System: "7301234567890123456", Timeline: 2, Slot: "outbox_relay", Origin: 0x1A2B3C4})
 	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "too large", 1000)
 	if h := w.msg.Header; h.Get(contract.HeaderSourceOrigin) != "0/1A2B3C4" || h.Get(contract.HeaderSourceTimeline) != "2" {
 		t.Errorf("dead letter after Set: %v", h)
 	}
-	got, ok := ParseStored(&jetstream.RawStreamMsg{Header: w.msg.Header})
+	got, ok := ParseStored(&natsjs.RawStreamMsg{Header: w.msg.Header})
 	if want := stamp.Source(); !ok || got.Source != want {
 		t.Errorf("ParseStored source %+v (ok %v), want %+v", got.Source, ok, want)
 	}
 	// Source.SetHeaders writes what the wire writes.
 	hh := nats.Header{}
-	stamp.Source().SetHeaders(hh)
+	SetSourceHeaders(hh, stamp.Source())
 	for _, k := range []string{contract.HeaderSourceSystem, contract.HeaderSourceTimeline, contract.HeaderSourceSlot, contract.HeaderSourceOrigin} {
 		if hh.Get(k) != w.msg.Header.Get(k) {
 			t.Errorf("SetHeaders %s = %q, wire %q", k, hh.Get(k), w.msg.Header.Get(k))
@@ -148,37 +150,37 @@ func TestParseStoredSource(t *testing.T) {
 		return nats.Header{contract.HeaderMsgID: {"a"}, contract.HeaderCommitLSN: {"0/10"}, contract.HeaderTxnIndex: {"0"}}
 	}
 	h := base()
-	if ev, ok := ParseStored(&jetstream.RawStreamMsg{Header: h}); !ok || !ev.Source.IsZero() {
+	if ev, ok := ParseStored(&natsjs.RawStreamMsg{Header: h}); !ok || !ev.Source.IsZero() {
 		t.Errorf("a message of an older relay: %+v %v", ev, ok)
 	}
 	for _, bad := range []struct{ key, value string }{{contract.HeaderSourceTimeline, "x"}, {contract.HeaderSourceTimeline, ""}, {contract.HeaderSourceOrigin, "nope"}} {
 		h := base()
-		Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}.SetHeaders(h)
+		SetSourceHeaders(h, sink.Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10})
 		h.Set(bad.key, bad.value)
 		if bad.value == "" {
 			h.Del(bad.key)
 		}
-		if _, ok := ParseStored(&jetstream.RawStreamMsg{Header: h}); ok {
+		if _, ok := ParseStored(&natsjs.RawStreamMsg{Header: h}); ok {
 			t.Errorf("a source with %s %q was read", bad.key, bad.value)
 		}
 	}
-	me := Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x10}
+	me := sink.Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x10}
 	for _, c := range []struct {
-		m                   Source
+		m                   sink.Source
 		sameRelay, sameSlot bool
 	}{
-		{Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}, true, true}, // another timeline: still the slot
-		{Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x20}, true, false},
-		{Source{System: "1", Timeline: 2, Slot: "s"}, true, false},
-		{Source{System: "1", Timeline: 2, Slot: "t", Origin: 0x10}, false, false},
-		{Source{System: "2", Timeline: 2, Slot: "s", Origin: 0x10}, false, false},
-		{Source{}, false, false},
+		{sink.Source{System: "1", Timeline: 1, Slot: "s", Origin: 0x10}, true, true}, // another timeline: still the slot
+		{sink.Source{System: "1", Timeline: 2, Slot: "s", Origin: 0x20}, true, false},
+		{sink.Source{System: "1", Timeline: 2, Slot: "s"}, true, false},
+		{sink.Source{System: "1", Timeline: 2, Slot: "t", Origin: 0x10}, false, false},
+		{sink.Source{System: "2", Timeline: 2, Slot: "s", Origin: 0x10}, false, false},
+		{sink.Source{}, false, false},
 	} {
 		if me.SameRelay(c.m) != c.sameRelay || me.SameSlot(c.m) != c.sameSlot {
 			t.Errorf("%+v: SameRelay %v SameSlot %v, want %v %v", c.m, me.SameRelay(c.m), me.SameSlot(c.m), c.sameRelay, c.sameSlot)
 		}
 	}
-	if (Source{System: "1", Slot: "s"}).SameSlot(Source{System: "1", Slot: "s"}) {
+	if (sink.Source{System: "1", Slot: "s"}).SameSlot(sink.Source{System: "1", Slot: "s"}) {
 		t.Error("two unknown creation points taken for the same slot")
 	}
 }

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 )
@@ -20,11 +20,11 @@ import (
 // letter stored without its PubAck) and publishes nothing twice.
 func TestDeadLetterInAnotherStream(t *testing.T) {
 	const dupWindow = 100 * time.Millisecond // JetStream's smallest
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: dupWindow, Subjects: []string{"outbox.>"}})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow, Subjects: []string{"outbox.>"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dlq, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{testDeadLetter},
-		Storage: jetstream.FileStorage, Duplicates: dupWindow, FirstSeq: 1_000_000})
+	dlq, err := e.js.CreateStream(ctx, natsjs.StreamConfig{Name: "DLQ", Subjects: []string{testDeadLetter},
+		Storage: natsjs.FileStorage, Duplicates: dupWindow, FirstSeq: 1_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestDeadLetterInAnotherStream(t *testing.T) {
 		t.Errorf("events' stream holds %v\nwant %v\nfirst difference at %s", got, want, firstDiff(got, want))
 	}
 	var dead []string
-	err = ForEach(ctx, dlq, nil, Read{HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+	err = ForEach(ctx, dlq, nil, Read{HeadersOnly: true}, func(m *natsjs.RawStreamMsg) bool {
 		dead = append(dead, m.Header.Get(contract.HeaderMsgID))
 		return true
 	})

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"bytes"
@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -36,11 +38,11 @@ type testEnv struct {
 	srv    *devenv.NATS
 	dialer *gatedDialer
 	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	js     natsjs.JetStream
+	stream natsjs.Stream
 }
 
-func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
+func newTestEnv(t *testing.T, cfg natsjs.StreamConfig) *testEnv {
 	t.Helper()
 	srv, err := devenv.StartNATS(devenv.NATSOptions{StoreDir: t.TempDir()})
 	if err != nil {
@@ -54,7 +56,7 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 	if cfg.Subjects == nil {
 		cfg.Subjects = []string{"outbox.>", testDeadLetter}
 	}
-	cfg.Storage = jetstream.FileStorage
+	cfg.Storage = natsjs.FileStorage
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := js.CreateStream(ctx, cfg)
@@ -66,14 +68,14 @@ func newTestEnv(t *testing.T, cfg jetstream.StreamConfig) *testEnv {
 
 // connectJS connects to url with opts, for the test's duration, and
 // returns the connection and its JetStream context.
-func connectJS(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+func connectJS(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func (e *testEnv) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +197,7 @@ func (e *testEnv) start(t *testing.T) {
 // cfg's fields filled where they are left zero.
 func (e *testEnv) publisher(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
-	tmpl, err := ParseTemplate(testTemplate)
+	tmpl, err := sink.ParseTemplate(testTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func (e *testEnv) contents(t *testing.T) []storedMsg {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var msgs []storedMsg
-	err := ForEach(ctx, e.stream, nil, Read{HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
+	err := ForEach(ctx, e.stream, nil, Read{HeadersOnly: true}, func(m *natsjs.RawStreamMsg) bool {
 		msgs = append(msgs, storedMsg{seq: m.Sequence, subject: m.Subject, id: m.Header.Get(contract.HeaderMsgID), header: m.Header})
 		return true
 	})

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -21,7 +21,7 @@ import (
 // the PubAck of the probe that republishes it during recovery. The probe
 // must time out like any publish and be sent again, not wait forever.
 func TestRecoveryProbeAckLost(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
 	// No Stream in the config: recovery must republish, not find the event.
 	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second})
 	gate := gateReplies(t, p, gateDrop)
@@ -48,7 +48,7 @@ func TestRecoveryProbeAckLost(t *testing.T) {
 // reconnect, finds the event there and does not send it again; it does
 // not wait for the ack timeout (long here, and so are its ticks).
 func TestRecoveryConnectionDropsDuringProbe(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
 	const ackTimeout = 5 * time.Minute // ticks every 30s
 	p := e.publisher(t, Config{Window: 8, AckTimeout: ackTimeout, Stream: e.stream})
 	gate := gateReplies(t, p, gatePass)
@@ -89,7 +89,7 @@ func TestRecoveryConnectionDropsDuringProbe(t *testing.T) {
 // the outage goes on.
 func TestDeadLetterRecordedDuringOutage(t *testing.T) {
 	const full, dead, last = 5, 6, 7
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute, MaxMsgs: full, Discard: jetstream.DiscardNew})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute, MaxMsgs: full, Discard: natsjs.DiscardNew})
 	var mu sync.Mutex
 	var recorded []string
 	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second, Stream: e.stream,

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -20,7 +20,7 @@ import (
 // connection must not be stored ahead of the lost ones: the stream holds
 // every event once, in offer order.
 func TestOrderAcrossReconnect(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
 	recording := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -32,7 +32,7 @@ func TestOrderAcrossServerRestart(t *testing.T) {
 // unreadable is a stream whose reads (Info, GetMsg) time out until a
 // moment; publishing to it is not affected.
 type unreadable struct {
-	jetstream.Stream
+	natsjs.Stream
 	until atomic.Int64 // Unix nanoseconds; 0: readable
 }
 
@@ -45,14 +45,14 @@ func (u *unreadable) blocked(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (u *unreadable) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+func (u *unreadable) Info(ctx context.Context, opts ...natsjs.StreamInfoOpt) (*natsjs.StreamInfo, error) {
 	if err := u.blocked(ctx); err != nil {
 		return nil, err
 	}
 	return u.Stream.Info(ctx, opts...)
 }
 
-func (u *unreadable) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+func (u *unreadable) GetMsg(ctx context.Context, seq uint64, opts ...natsjs.GetMsgOpt) (*natsjs.RawStreamMsg, error) {
 	if err := u.blocked(ctx); err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (u *unreadable) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.G
 // event is stored once, in order.
 func orderAcrossServerRestart(t *testing.T, readsLate time.Duration) {
 	const dupWindow = 100 * time.Millisecond // JetStream's smallest
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: dupWindow})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow})
 	const window = 64
 	stream := &unreadable{Stream: e.stream}
 	p := e.publisher(t, Config{Window: window, AckTimeout: time.Second, Stream: stream})
@@ -141,7 +141,7 @@ func firstDiff(a, b []string) string {
 // event. The steps of Run are called directly, the PubAcks held back by a
 // gate.
 func TestLateAckAfterTimeout(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute})
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
 	// No Stream in the config: recovery must republish, not find the event.
 	p := e.publisher(t, Config{AckTimeout: time.Second})
 	gate := gateReplies(t, p, gateHold)
@@ -212,7 +212,7 @@ func TestDeadLetterWhileNextFlow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newTestEnv(t, jetstream.StreamConfig{Duplicates: time.Minute, MaxMsgSize: limit})
+			e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute, MaxMsgSize: limit})
 			type record struct {
 				id, reason string
 				acked      uint64
@@ -277,7 +277,7 @@ func TestDeadLetterWhileNextFlow(t *testing.T) {
 // TestWindowCount: with Window events awaiting their PubAck, Offer refuses
 // and Publish waits; acknowledgements make room again.
 func TestWindowCount(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	const window = 3 // the ring holds 4: the bound is Window, not the ring
 	p := e.publisher(t, Config{Window: window})
 	gate := gateReplies(t, p, gateHold)
@@ -330,7 +330,7 @@ func TestWindowCount(t *testing.T) {
 // bytes awaiting PubAcks over WindowBytes; a larger event still goes when
 // it is alone; acknowledgements give the bytes back.
 func TestWindowBytes(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	const windowBytes = 1000
 	p := e.publisher(t, Config{Window: 100, WindowBytes: windowBytes})
 	gate := gateReplies(t, p, gateHold)

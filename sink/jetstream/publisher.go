@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 	"unsafe"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // Defaults of the Config fields left zero. (Config.DeadLetterSubject
@@ -29,7 +30,7 @@ const (
 // Config configures a Publisher.
 type Config struct {
 	// Subject renders each event's subject.
-	Subject Template
+	Subject sink.Template
 	// DeadLetterSubject receives events that can never be published as they
 	// are, with the reason in a header.
 	DeadLetterSubject string
@@ -48,7 +49,7 @@ type Config struct {
 	MaxMessageSize int
 	// Stream, when set, is read after an outage: events it already holds
 	// are not published again, whatever the dedup window.
-	Stream jetstream.Stream
+	Stream natsjs.Stream
 	// StartSeq is the stream's last sequence when the relay started; later
 	// messages are candidates for that check until the first PubAck.
 	StartSeq uint64
@@ -57,7 +58,7 @@ type Config struct {
 	RecordDeadLetter func(ctx context.Context, ev *decode.Event, reason string) error
 	// Source, when set, is stamped on every message (the Outbox-Source-*
 	// headers), so that the relay can tell its messages from others'.
-	Source *Stamp
+	Source *sink.Stamp
 	// FirstStored, when set, is called once, when the first message is
 	// stored (its PubAck received), on the goroutine receiving PubAcks,
 	// with the Publisher's lock held: it must not block. The relay ends its
@@ -116,10 +117,10 @@ type Publisher struct {
 	sub     *nats.Subscription
 	maxSize int
 
-	sendMu   sync.Mutex    // held while writing, so messages leave in sequence order
-	wire     *wireMsg      // guarded by sendMu
-	subjects *subjectCache // guarded by sendMu
-	replyBuf []byte        // guarded by sendMu
+	sendMu   sync.Mutex         // held while writing, so messages leave in sequence order
+	wire     *wireMsg           // guarded by sendMu
+	subjects *sink.SubjectCache // guarded by sendMu
+	replyBuf []byte             // guarded by sendMu
 
 	mu       sync.Mutex
 	conn     uint64 // the newest connection seen; older ones have nothing on the wire
@@ -143,7 +144,7 @@ type Publisher struct {
 	deadSeq       uint64
 	// deadLetters is the stream holding the dead-letter subject when it is
 	// not Config.Stream, as recovery looked it up (Run's goroutine only).
-	deadLetters   jetstream.Stream
+	deadLetters   natsjs.Stream
 	recordQ       []uint64 // dead letters stored in NATS, waiting for their record
 	limitsChanged bool     // the stream refused a message as too large: reread its limits
 
@@ -199,7 +200,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
 		wire:     newWireMsg().withSource(cfg.Source),
-		subjects: newSubjectCache(cfg.Subject),
+		subjects: sink.NewSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
 		mask:     uint64(size - 1),
 		head:     1,
@@ -417,7 +418,7 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 // subject instead: it is never sent as is.
 func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool) error {
 	replyTo := p.replySubject(seq, attempt)
-	subject := p.subjects.render(ev)
+	subject := p.subjects.Render(ev)
 	if deadLetter == "" {
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"cmp"
@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // DefaultDuplicateWindow is the dedup window of a stream the relay creates
@@ -22,7 +24,7 @@ type StreamSpec struct {
 	// Name is required (the relay's default is contract.DefaultStream).
 	Name string
 	// Template is the subject template; the stream must cover its Filter.
-	Template Template
+	Template sink.Template
 	// DeadLetterSubject must be covered by this stream or another one.
 	DeadLetterSubject string
 	// DuplicateWindow is the dedup window of a stream the relay creates
@@ -40,16 +42,16 @@ var ErrStreamConfig = errors.New("stream configuration does not fit the relay")
 // subjects the template's filter and the dead-letter subject. An existing
 // stream is adopted as it is when it covers the template; it is never
 // changed. It returns the stream's configuration.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, log zerolog.Logger) (jetstream.StreamConfig, error) {
+func EnsureStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log zerolog.Logger) (natsjs.StreamConfig, error) {
 	if err := checkStreamName(spec.Name); err != nil {
-		return jetstream.StreamConfig{}, err
+		return natsjs.StreamConfig{}, err
 	}
 	stream, err := js.Stream(ctx, spec.Name)
 	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case errors.Is(err, natsjs.ErrStreamNotFound):
 		return createStream(ctx, js, spec, log)
 	case err != nil:
-		return jetstream.StreamConfig{}, fmt.Errorf("look up stream %q: %w", spec.Name, err)
+		return natsjs.StreamConfig{}, fmt.Errorf("look up stream %q: %w", spec.Name, err)
 	}
 	cfg := stream.CachedInfo().Config
 	for _, p := range CheckStream(ctx, js, cfg, spec) {
@@ -77,7 +79,7 @@ type StreamProblem struct {
 // configuration is cfg for spec: subjects that do not cover the template
 // or the dead-letter subject (fatal), memory storage and discarding old
 // messages at its limits (warnings). It only reads.
-func CheckStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, spec StreamSpec) []StreamProblem {
+func CheckStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConfig, spec StreamSpec) []StreamProblem {
 	var out []StreamProblem
 	filter := spec.Template.Filter()
 	if !coveredBy(cfg.Subjects, filter) {
@@ -93,13 +95,13 @@ func CheckStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Stre
 				Fix:  fmt.Sprintf("add it to a stream (nats stream edit %s --subjects %s) or choose another dead-letter subject", spec.Name, quoteArg(strings.Join(append(cfg.Subjects[:len(cfg.Subjects):len(cfg.Subjects)], spec.DeadLetterSubject), ",")))})
 		}
 	}
-	if cfg.Storage == jetstream.MemoryStorage {
+	if cfg.Storage == natsjs.MemoryStorage {
 		out = append(out, StreamProblem{Kind: "storage",
 			What: fmt.Sprintf("stream %q uses memory storage: its events are lost when NATS restarts", spec.Name),
 			Fix: fmt.Sprintf("storage cannot be changed in place: remove the stream (nats stream rm %s, after its consumers are done with it) and let `outbox-relay run` create it with file storage, or create one yourself with --storage file and point --stream at it",
 				spec.Name)})
 	}
-	if cfg.Discard == jetstream.DiscardOld && (cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0) {
+	if cfg.Discard == natsjs.DiscardOld && (cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0) {
 		out = append(out, StreamProblem{Kind: "discard",
 			What: fmt.Sprintf("stream %q discards old messages at its limits: consumers that fall behind lose events", spec.Name),
 			Fix:  fmt.Sprintf("nats stream edit %s --discard new (the relay then waits at the limits instead)", spec.Name)})
@@ -116,19 +118,19 @@ func quoteArg(s string) string {
 	return s
 }
 
-func createStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, log zerolog.Logger) (jetstream.StreamConfig, error) {
-	cfg := jetstream.StreamConfig{
+func createStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log zerolog.Logger) (natsjs.StreamConfig, error) {
+	cfg := natsjs.StreamConfig{
 		Name:        spec.Name,
 		Description: "Outbox events published by outbox-relay",
 		Subjects:    []string{spec.Template.Filter(), spec.DeadLetterSubject},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardNew,
+		Storage:     natsjs.FileStorage,
+		Retention:   natsjs.LimitsPolicy,
+		Discard:     natsjs.DiscardNew,
 		Duplicates:  cmp.Or(spec.DuplicateWindow, DefaultDuplicateWindow),
 		Replicas:    max(spec.Replicas, 1),
 	}
 	stream, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
 		// Another relay created it a moment ago: adopt it like any other.
 		return EnsureStream(ctx, js, spec, log)
 	}
@@ -142,7 +144,7 @@ func createStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec, 
 
 func coveredBy(filters []string, pattern string) bool {
 	for _, f := range filters {
-		if Covers(f, pattern) {
+		if sink.Covers(f, pattern) {
 			return true
 		}
 	}
@@ -152,16 +154,6 @@ func coveredBy(filters []string, pattern string) bool {
 func checkStreamName(name string) error {
 	if name == "" || strings.ContainsAny(name, ".*> \t\r\n/\\") {
 		return fmt.Errorf("stream name %q: must be non-empty without '.', '*', '>', '/', '\\' or whitespace", name)
-	}
-	return nil
-}
-
-// CheckSubject validates a literal subject such as the dead-letter subject.
-func CheckSubject(s string) error {
-	for _, tok := range strings.Split(s, ".") {
-		if err := checkLiteralToken(tok); err != nil {
-			return fmt.Errorf("subject %q: %w", s, err)
-		}
 	}
 	return nil
 }

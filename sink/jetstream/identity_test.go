@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -9,26 +9,27 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // The sources of the identity tests: relay B is the relay under test,
 // relay A another one publishing to the same stream with the same
 // template, from another cluster whose WAL positions overlap B's.
 var (
-	relayB = Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x100}
-	relayA = Source{System: "7309999999999999999", Timeline: 1, Slot: "outbox_relay", Origin: 0x80}
+	relayB = sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x100}
+	relayA = sink.Source{System: "7309999999999999999", Timeline: 1, Slot: "outbox_relay", Origin: 0x80}
 )
 
 // crafted is a message as a relay with src (none when zero) publishes it.
 type crafted struct {
 	id   string
 	at   decode.Position
-	src  Source
+	src  sink.Source
 	dead bool
 }
 
@@ -42,13 +43,13 @@ func (c crafted) msg() *nats.Msg {
 		m.Header.Set(contract.HeaderMsgID, contract.DeadLetterMsgIDPrefix+c.id)
 	}
 	if !c.src.IsZero() {
-		c.src.SetHeaders(m.Header)
+		SetSourceHeaders(m.Header, c.src)
 	}
 	return m
 }
 
 // put stores the messages, in order, each acknowledged.
-func put(t *testing.T, js jetstream.JetStream, msgs ...crafted) {
+func put(t *testing.T, js natsjs.JetStream, msgs ...crafted) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -64,18 +65,18 @@ func at(lsn pglogrepl.LSN, i uint32) decode.Position {
 }
 
 // readTail returns what ReadTail reads for relay src from from.
-func readTail(t *testing.T, tail Tail) []StoredEvent {
+func readTail(t *testing.T, tail Tail) []sink.StoredEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var got []StoredEvent
-	if err := ReadTail(ctx, tail, func(ev StoredEvent) { got = append(got, ev) }); err != nil {
+	var got []sink.StoredEvent
+	if err := ReadTail(ctx, tail, func(ev sink.StoredEvent) { got = append(got, ev) }); err != nil {
 		t.Fatal(err)
 	}
 	return got
 }
 
-func describe(evs []StoredEvent) []string {
+func describe(evs []sink.StoredEvent) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = fmt.Sprintf("%s@%s", ev.ID, ev.Position)
@@ -95,21 +96,21 @@ func describe(evs []StoredEvent) []string {
 // A's message, an older relay's and an earlier slot's, and B skipped its
 // unsent event.
 func TestReadTailOnlyItsSlot(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	earlierSlot := relayB
 	earlierSlot.Origin = 0x40
 	newTimeline := relayB
 	newTimeline.Timeline = 2
 	put(t, e.js,
-		crafted{"b-old", at(0x200, 0), relayB, false},       // confirmed: before the tail
-		crafted{"b1", at(0x300, 0), relayB, false},          // B's, stored
-		crafted{"a1", at(0x300, 1), relayA, false},          // A's, at B's unsent event's position
-		crafted{"slot-1", at(0x300, 2), earlierSlot, false}, // B's slot before it was recreated
-		crafted{"legacy", at(0x300, 3), Source{}, false},    // a relay without source headers
-		crafted{"b-dead", at(0x300, 4), relayB, true},       // B's dead letter
-		crafted{"a-dead", at(0x300, 5), relayA, true},       // A's dead letter
-		crafted{"b2", at(0x400, 0), newTimeline, false},     // B's, after a promotion
-		crafted{"a2", at(0x500, 0), relayA, false},          // A's, later
+		crafted{"b-old", at(0x200, 0), relayB, false},         // confirmed: before the tail
+		crafted{"b1", at(0x300, 0), relayB, false},            // B's, stored
+		crafted{"a1", at(0x300, 1), relayA, false},            // A's, at B's unsent event's position
+		crafted{"slot-1", at(0x300, 2), earlierSlot, false},   // B's slot before it was recreated
+		crafted{"legacy", at(0x300, 3), sink.Source{}, false}, // a relay without source headers
+		crafted{"b-dead", at(0x300, 4), relayB, true},         // B's dead letter
+		crafted{"a-dead", at(0x300, 5), relayA, true},         // A's dead letter
+		crafted{"b2", at(0x400, 0), newTimeline, false},       // B's, after a promotion
+		crafted{"a2", at(0x500, 0), relayA, false},            // A's, later
 	)
 	tail := Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: relayB}
 	got := describe(readTail(t, tail))
@@ -160,10 +161,10 @@ func TestReadTailOnlyItsSlot(t *testing.T) {
 // of its own. Messages of older relays (no source) count: they may be its
 // own, and the count only makes the relay refuse to start over a gap.
 func TestLastEventOfThisRelay(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mine := WithSource(e.stream, NewStamp(Source{System: relayB.System, Timeline: 3, Slot: relayB.Slot}))
+	mine := WithSource(e.stream, sink.NewStamp(sink.Source{System: relayB.System, Timeline: 3, Slot: relayB.Slot}))
 
 	put(t, e.js, crafted{"a0", at(0x10, 0), relayA, false})
 	if last, err := LastEvent(ctx, mine, "outbox.>", testDeadLetter); err != nil || last != nil {
@@ -184,7 +185,7 @@ func TestLastEventOfThisRelay(t *testing.T) {
 	if last, err := LastEvent(ctx, e.stream, "outbox.>"); err != nil || last == nil || last.ID != "a2500" {
 		t.Fatalf("without a source, the last relay message is %+v, %v; want a2500", last, err)
 	}
-	put(t, e.js, crafted{"legacy", at(0x40, 0), Source{}, true})
+	put(t, e.js, crafted{"legacy", at(0x40, 0), sink.Source{}, true})
 	if last, err := LastEvent(ctx, mine, "outbox.>", testDeadLetter); err != nil || last == nil || last.ID != "legacy" {
 		t.Fatalf("a message of an older relay does not count: %+v, %v", last, err)
 	}
@@ -194,10 +195,10 @@ func TestLastEventOfThisRelay(t *testing.T) {
 // message, and a source set later (the slot's creation point) reaches the
 // messages written from then on.
 func TestPublisherStampsSource(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	src := relayB
 	src.Origin = 0
-	stamp := NewStamp(src)
+	stamp := sink.NewStamp(src)
 	p := e.publisher(t, Config{Stream: e.stream, Source: stamp})
 	run(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -221,8 +222,8 @@ func TestPublisherStampsSource(t *testing.T) {
 	if len(msgs) != 3 {
 		t.Fatalf("stream holds %d messages, want 3", len(msgs))
 	}
-	for i, want := range []Source{src, relayB, relayB} {
-		ev, ok := ParseStored(&jetstream.RawStreamMsg{Header: msgs[i].header})
+	for i, want := range []sink.Source{src, relayB, relayB} {
+		ev, ok := ParseStored(&natsjs.RawStreamMsg{Header: msgs[i].header})
 		if !ok || ev.Source != want {
 			t.Errorf("message %d (%s) has source %+v, want %+v", i+1, msgs[i].id, ev.Source, want)
 		}

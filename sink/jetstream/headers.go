@@ -1,9 +1,10 @@
-package sink
+package jetstream
 
 import (
 	"strconv"
 	"strings"
-	"sync/atomic"
+
+	"github.com/outbox-relay/outbox-relay/sink"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
@@ -50,94 +51,6 @@ func percentEncode(v string) string {
 	return b.String()
 }
 
-// Source identifies where the relay's messages come from. Commit
-// positions alone do not: two relays publishing to one stream, clusters
-// whose WAL positions overlap, and the timelines of a cluster after a
-// point-in-time recovery or a promotion all produce equal positions for
-// different events. Every message carries its Source in the
-// Outbox-Source-* headers; the relay reads back only its own.
-type Source struct {
-	// System is the Postgres system identifier (IDENTIFY_SYSTEM), in
-	// decimal. A physical standby shares its primary's.
-	System string
-	// Timeline is the timeline the relay streamed on when it published.
-	Timeline uint32
-	// Slot is the replication slot's name: unique within a cluster.
-	Slot string
-	// Origin is the slot's creation point (its consistent point), which
-	// tells apart slots created one after another under one name; zero
-	// where it is not known yet (rows published from the slot's snapshot
-	// while it is created).
-	Origin pglogrepl.LSN
-}
-
-// IsZero reports whether s identifies nothing.
-func (s Source) IsZero() bool { return s.System == "" }
-
-// SetHeaders puts s in h, as a Publisher with s stamps its messages (for
-// tools and tests that publish outside a Publisher).
-func (s Source) SetHeaders(h nats.Header) {
-	v := formatSource(s)
-	h.Set(contract.HeaderSourceSystem, v.system)
-	h.Set(contract.HeaderSourceTimeline, v.timeline)
-	h.Set(contract.HeaderSourceSlot, v.slot)
-	if v.origin != "" {
-		h.Set(contract.HeaderSourceOrigin, v.origin)
-	} else {
-		h.Del(contract.HeaderSourceOrigin)
-	}
-}
-
-// Stamp is the Source a Publisher stamps on its messages. The relay knows
-// its cluster and slot before it publishes anything, the slot's creation
-// point only once the slot exists, and a new timeline after a promotion:
-// Set changes the source of the messages written from then on. The header
-// values are formatted once per Set, never per message. A Stamp is safe
-// for concurrent use.
-type Stamp struct {
-	cur atomic.Pointer[sourceHeaders]
-}
-
-// sourceHeaders is a Source with its header values formatted.
-type sourceHeaders struct {
-	src                            Source
-	system, timeline, slot, origin string
-}
-
-func formatSource(src Source) *sourceHeaders {
-	h := &sourceHeaders{src: src, system: src.System, slot: src.Slot,
-		timeline: strconv.FormatUint(uint64(src.Timeline), 10)}
-	if src.Origin != 0 {
-		h.origin = formatLSN(src.Origin)
-	}
-	return h
-}
-
-// NewStamp returns a Stamp holding src.
-func NewStamp(src Source) *Stamp {
-	st := &Stamp{}
-	st.cur.Store(formatSource(src))
-	return st
-}
-
-// Set makes src the source of the messages written from now on.
-func (st *Stamp) Set(src Source) {
-	if st.Source() != src {
-		st.cur.Store(formatSource(src))
-	}
-}
-
-// Source returns the source stamped now (zero for a nil Stamp).
-func (st *Stamp) Source() Source {
-	if st == nil {
-		return Source{}
-	}
-	if h := st.cur.Load(); h != nil {
-		return h.src
-	}
-	return Source{}
-}
-
 // wireMsg is a reusable outgoing message. Its header map keeps one slice
 // per key, so filling it for the next event allocates nothing.
 type wireMsg struct {
@@ -146,8 +59,8 @@ type wireMsg struct {
 	lsnText string
 	// stamp, when set, is the source every message carries; stamped is
 	// the value the headers hold now.
-	stamp   *Stamp
-	stamped *sourceHeaders
+	stamp   *sink.Stamp
+	stamped *sink.Source
 	// own are the names of the last event's own headers, removed by reset.
 	own []string
 }
@@ -160,29 +73,52 @@ func newWireMsg() *wireMsg {
 
 // withSource makes every message filled from now on carry the source
 // stamp holds (none when stamp is nil).
-func (w *wireMsg) withSource(stamp *Stamp) *wireMsg {
+func (w *wireMsg) withSource(stamp *sink.Stamp) *wireMsg {
 	w.stamp = stamp
 	return w
 }
 
 // stampSource puts the stamp's source in the headers when it changed since
-// the last message: the values were formatted once, by Stamp.Set.
+// the last message: it is formatted once per change, not per message.
 func (w *wireMsg) stampSource() {
-	if w.stamp == nil {
+	src := w.stamp.Current()
+	if src == w.stamped || src == nil {
 		return
 	}
-	h := w.stamp.cur.Load()
-	if h == w.stamped || h == nil {
-		return
-	}
-	w.stamped = h
-	w.set(contract.HeaderSourceSystem, h.system)
-	w.set(contract.HeaderSourceTimeline, h.timeline)
-	w.set(contract.HeaderSourceSlot, h.slot)
-	if h.origin == "" {
+	w.stamped = src
+	v := formatSource(*src)
+	w.set(contract.HeaderSourceSystem, v.system)
+	w.set(contract.HeaderSourceTimeline, v.timeline)
+	w.set(contract.HeaderSourceSlot, v.slot)
+	if v.origin == "" {
 		delete(w.msg.Header, contract.HeaderSourceOrigin)
 	} else {
-		w.set(contract.HeaderSourceOrigin, h.origin)
+		w.set(contract.HeaderSourceOrigin, v.origin)
+	}
+}
+
+// sourceHeaders are a Source's header values.
+type sourceHeaders struct{ system, timeline, slot, origin string }
+
+func formatSource(src sink.Source) sourceHeaders {
+	h := sourceHeaders{system: src.System, slot: src.Slot, timeline: strconv.FormatUint(uint64(src.Timeline), 10)}
+	if src.Origin != 0 {
+		h.origin = formatLSN(src.Origin)
+	}
+	return h
+}
+
+// SetSourceHeaders puts src in h, as a Publisher stamps its messages (for
+// tools and tests that publish outside a Publisher).
+func SetSourceHeaders(h nats.Header, src sink.Source) {
+	v := formatSource(src)
+	h.Set(contract.HeaderSourceSystem, v.system)
+	h.Set(contract.HeaderSourceTimeline, v.timeline)
+	h.Set(contract.HeaderSourceSlot, v.slot)
+	if v.origin != "" {
+		h.Set(contract.HeaderSourceOrigin, v.origin)
+	} else {
+		h.Del(contract.HeaderSourceOrigin)
 	}
 }
 

@@ -57,4 +57,4 @@
 //     subjects do not cover the template's Filter or the dead-letter
 //     subject, and warns about memory storage and discard=old limits, both
 //     of which lose events.
-package sink
+package jetstream

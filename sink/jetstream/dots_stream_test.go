@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink"
+
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -24,7 +26,7 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 	js, nc := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tpl, err := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
+	tpl, err := sink.ParseTemplate(contract.DefaultSubject, sink.WithDots(sink.DotsTokens))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +42,11 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wide, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "orders", FilterSubject: "outbox.order.>"})
+	wide, err := stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Durable: "orders", FilterSubject: "outbox.order.>"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	exact, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "created", FilterSubject: "outbox.order.order.created"})
+	exact, err := stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Durable: "created", FilterSubject: "outbox.order.order.created"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +67,12 @@ func TestDottedSubjectsOnJetStream(t *testing.T) {
 	}
 	drain(t, p, 10*time.Second)
 
-	for name, c := range map[string]jetstream.Consumer{"outbox.order.>": wide, "outbox.order.order.created": exact} {
-		batch, err := c.Fetch(2, jetstream.FetchMaxWait(2*time.Second))
+	for name, c := range map[string]natsjs.Consumer{"outbox.order.>": wide, "outbox.order.order.created": exact} {
+		batch, err := c.Fetch(2, natsjs.FetchMaxWait(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []jetstream.Msg
+		var got []natsjs.Msg
 		for m := range batch.Messages() {
 			got = append(got, m)
 		}
@@ -92,11 +94,11 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 	js, _ := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	escape, _ := ParseTemplate(contract.DefaultSubject)
-	tokens, _ := ParseTemplate(contract.DefaultSubject, WithDots(DotsTokens))
+	escape, _ := sink.ParseTemplate(contract.DefaultSubject)
+	tokens, _ := sink.ParseTemplate(contract.DefaultSubject, sink.WithDots(sink.DotsTokens))
 	for _, c := range []struct {
 		subjects []string
-		tpl      Template
+		tpl      sink.Template
 		ok       bool
 	}{
 		{[]string{"outbox.*.*", contract.DefaultDeadLetterSubject}, escape, true},
@@ -105,10 +107,10 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 		{[]string{"outbox.*.>", contract.DefaultDeadLetterSubject}, tokens, true},
 		{[]string{"outbox.*.*.>", contract.DefaultDeadLetterSubject}, tokens, false},
 	} {
-		if err := js.DeleteStream(ctx, "ADOPT"); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := js.DeleteStream(ctx, "ADOPT"); err != nil && !errors.Is(err, natsjs.ErrStreamNotFound) {
 			t.Fatal(err)
 		}
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ADOPT", Subjects: c.subjects, Storage: jetstream.FileStorage}); err != nil {
+		if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "ADOPT", Subjects: c.subjects, Storage: natsjs.FileStorage}); err != nil {
 			t.Fatal(err)
 		}
 		spec := StreamSpec{Name: "ADOPT", Template: c.tpl, DeadLetterSubject: contract.DefaultDeadLetterSubject}
@@ -119,7 +121,7 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 	}
 }
 
-func startJetStream(t *testing.T) (jetstream.JetStream, *nats.Conn) {
+func startJetStream(t *testing.T) (natsjs.JetStream, *nats.Conn) {
 	t.Helper()
 	srv, err := devenv.StartNATS(devenv.NATSOptions{StoreDir: t.TempDir()})
 	if err != nil {
@@ -130,7 +132,7 @@ func startJetStream(t *testing.T) (jetstream.JetStream, *nats.Conn) {
 	return js, nc
 }
 
-func readAll(t *testing.T, stream jetstream.Stream) []storedMsg {
+func readAll(t *testing.T, stream natsjs.Stream) []storedMsg {
 	t.Helper()
 	return (&testEnv{stream: stream}).contents(t)
 }

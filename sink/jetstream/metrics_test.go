@@ -1,11 +1,11 @@
-package sink
+package jetstream
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -18,7 +18,7 @@ import (
 // stored, the published and failed counters, the batch durations and the
 // commit-to-stored latencies account for each event and batch exactly.
 func TestArticleMetrics(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	p := e.publisher(t, Config{Stream: e.stream})
 	gate := gateReplies(t, p, gateHold)
 	run(t, p)

@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // Read says what ForEach reads.
@@ -30,7 +32,7 @@ const fetchBatch = 1000
 // ForEach calls fn for every message on subjects stored from the starting
 // point up to the stream's last sequence at the time of the call, in
 // stream order, until fn returns false.
-func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, read Read, fn func(*jetstream.RawStreamMsg) bool) error {
+func ForEach(ctx context.Context, stream natsjs.Stream, subjects []string, read Read, fn func(*natsjs.RawStreamMsg) bool) error {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read stream info: %w", err)
@@ -42,21 +44,21 @@ func ForEach(ctx context.Context, stream jetstream.Stream, subjects []string, re
 }
 
 // readRange is ForEach up to sequence last, on the stream called name.
-func readRange(ctx context.Context, stream jetstream.Stream, name string, subjects []string, read Read, last uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+func readRange(ctx context.Context, stream natsjs.Stream, name string, subjects []string, read Read, last uint64, fn func(*natsjs.RawStreamMsg) bool) error {
 	if read.From > last {
 		return nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, HeadersOnly: read.HeadersOnly}
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: subjects, HeadersOnly: read.HeadersOnly}
 	if read.brief {
 		cfg.InactiveThreshold = 10 * time.Second
 	}
 	batchSize := fetchBatch
 	switch {
 	case read.From > 1:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, read.From
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, read.From
 		batchSize = int(min(last-read.From+1, fetchBatch))
 	case !read.Since.IsZero():
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &read.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = natsjs.DeliverByStartTimePolicy, &read.Since
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
@@ -78,7 +80,7 @@ func readRange(ctx context.Context, stream jetstream.Stream, name string, subjec
 			if seq > last {
 				return nil
 			}
-			if !fn(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}) || seq == last {
+			if !fn(&natsjs.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}) || seq == last {
 				return nil
 			}
 		}
@@ -100,12 +102,12 @@ func readRange(ctx context.Context, stream jetstream.Stream, name string, subjec
 // Tail says what ReadTail reads.
 type Tail struct {
 	// Stream holds the events, on the template's filter Subject.
-	Stream  jetstream.Stream
+	Stream  natsjs.Stream
 	Subject string
 	// DeadLetters is the stream that holds DeadLetterSubject when that is
 	// not Stream (see DeadLetterStream); nil when Stream holds it, or when
 	// no stream does.
-	DeadLetters       jetstream.Stream
+	DeadLetters       natsjs.Stream
 	DeadLetterSubject string
 	// From is the slot's confirmed position: the replay starts there.
 	From pglogrepl.LSN
@@ -113,7 +115,7 @@ type Tail struct {
 	// (Source.SameSlot) are read back: another relay's, an older relay's
 	// (without the Outbox-Source-* headers) or an earlier slot's are never
 	// taken for this one's, whatever their position.
-	Source Source
+	Source sink.Source
 }
 
 // ReadTail calls fn, in stream order (the events' stream, then the
@@ -126,7 +128,7 @@ type Tail struct {
 // tailStart), so its cost follows the tail's length, not the stream's,
 // also when the stream holds long runs of rows published from a slot's
 // snapshot (commit LSN 0) or of messages from other relays.
-func ReadTail(ctx context.Context, t Tail, fn func(StoredEvent)) error {
+func ReadTail(ctx context.Context, t Tail, fn func(sink.StoredEvent)) error {
 	if t.Source.Origin == 0 {
 		return nil // without the slot's creation point, no message can be known to be its
 	}
@@ -146,19 +148,19 @@ func ReadTail(ctx context.Context, t Tail, fn func(StoredEvent)) error {
 // DeadLetterStream returns the stream that holds the dead-letter subject
 // when it is not events, or nil when events holds it or no stream does
 // (then no dead letter can have been stored since).
-func DeadLetterStream(ctx context.Context, js jetstream.JetStream, events jetstream.Stream, subject string) (jetstream.Stream, error) {
+func DeadLetterStream(ctx context.Context, js natsjs.JetStream, events natsjs.Stream, subject string) (natsjs.Stream, error) {
 	if coveredBy(events.CachedInfo().Config.Subjects, subject) {
 		return nil, nil
 	}
 	name, err := js.StreamNameBySubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up the stream of the dead-letter subject %q: %w", subject, err)
 	}
 	stream, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		return nil, nil // deleted meanwhile
 	}
 	if err != nil {
@@ -169,7 +171,7 @@ func DeadLetterStream(ctx context.Context, js jetstream.JetStream, events jetstr
 
 // readTailOf is ReadTail for one stream: the tail is searched for on
 // searchSubject and read on those of subjects the stream holds.
-func readTailOf(ctx context.Context, stream jetstream.Stream, subjects []string, searchSubject string, from pglogrepl.LSN, src Source, fn func(StoredEvent)) error {
+func readTailOf(ctx context.Context, stream natsjs.Stream, subjects []string, searchSubject string, from pglogrepl.LSN, src sink.Source, fn func(sink.StoredEvent)) error {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read stream info: %w", err)
@@ -191,7 +193,7 @@ func readTailOf(ctx context.Context, stream jetstream.Stream, subjects []string,
 	if err != nil {
 		return err
 	}
-	return readRange(ctx, stream, info.Config.Name, held, Read{From: start, HeadersOnly: true}, info.State.LastSeq, func(m *jetstream.RawStreamMsg) bool {
+	return readRange(ctx, stream, info.Config.Name, held, Read{From: start, HeadersOnly: true}, info.State.LastSeq, func(m *natsjs.RawStreamMsg) bool {
 		if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN >= from && src.SameSlot(ev.Source) {
 			fn(ev)
 		}
@@ -213,19 +215,19 @@ func readTailOf(ctx context.Context, stream jetstream.Stream, subjects []string,
 // read) or late (events are published again): nothing is ever skipped on
 // the search's word, since ReadTail's caller compares ids.
 type tailSearch struct {
-	stream  jetstream.Stream
+	stream  natsjs.Stream
 	name    string
 	subject string
 	from    pglogrepl.LSN
-	src     Source
+	src     sink.Source
 	last    uint64
 }
 
 // places reports whether m places the tail and, if so, whether it comes
 // before from.
-func (s *tailSearch) places(m *jetstream.RawStreamMsg) (before, ok bool) {
+func (s *tailSearch) places(m *natsjs.RawStreamMsg) (before, ok bool) {
 	ev, ok := ParseStored(m)
-	if !ok || !OwnedBy(ev, s.src) {
+	if !ok || !sink.OwnedBy(ev, s.src) {
 		return false, false
 	}
 	return ev.Position.CommitLSN < s.from, true
@@ -237,8 +239,8 @@ func (s *tailSearch) places(m *jetstream.RawStreamMsg) (before, ok bool) {
 // that places the tail, it answers false, which can only make the tail
 // start earlier.
 func (s *tailSearch) before(ctx context.Context, seq uint64) (bool, error) {
-	m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(s.subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	m, err := s.stream.GetMsg(ctx, seq, natsjs.WithGetMsgSubject(s.subject))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -252,7 +254,7 @@ func (s *tailSearch) before(ctx context.Context, seq uint64) (bool, error) {
 	}
 	var before, placed bool
 	err = readRange(ctx, s.stream, s.name, []string{s.subject}, Read{From: m.Sequence + 1, HeadersOnly: true, brief: true}, min(s.last, m.Sequence+fetchBatch),
-		func(m *jetstream.RawStreamMsg) bool {
+		func(m *natsjs.RawStreamMsg) bool {
 			before, placed = s.places(m)
 			return !placed
 		})

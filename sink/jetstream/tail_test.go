@@ -1,4 +1,4 @@
-package sink
+package jetstream
 
 import (
 	"context"
@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // countingStream opens the test stream on a connection of its own, whose
 // published messages (JetStream API requests, fetches) the test counts.
-func countingStream(t *testing.T, e *testEnv, name string) (jetstream.Stream, func() uint64) {
+func countingStream(t *testing.T, e *testEnv, name string) (natsjs.Stream, func() uint64) {
 	t.Helper()
 	nc, js := connectJS(t, e.srv.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -79,14 +81,14 @@ func TestReadTailBoundedOverSnapshotRows(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		rows     int
-		snapshot Source
+		snapshot sink.Source
 	}{
-		{"stamped snapshot rows", 100_000, Source{System: relayB.System, Timeline: 1, Slot: relayB.Slot}}, // no creation point yet
-		{"snapshot rows of an older relay", 20_000, Source{}},
+		{"stamped snapshot rows", 100_000, sink.Source{System: relayB.System, Timeline: 1, Slot: relayB.Slot}}, // no creation point yet
+		{"snapshot rows of an older relay", 20_000, sink.Source{}},
 	} {
 		rows := tc.rows
 		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEnv(t, jetstream.StreamConfig{Subjects: []string{"outbox.>", testDeadLetter}})
+			e := newTestEnv(t, natsjs.StreamConfig{Subjects: []string{"outbox.>", testDeadLetter}})
 			start := time.Now()
 			fillRows(t, e, rows, crafted{"row", at(0, 0), tc.snapshot, false})
 			t.Logf("stored %d rows in %s", rows, time.Since(start))
@@ -129,7 +131,7 @@ func TestReadTailBoundedOverSnapshotRows(t *testing.T) {
 // (its snapshot rows, its events) between this relay's cost a bounded
 // number of lookups each, and never hide this relay's tail.
 func TestReadTailPassesOverOtherRelays(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{})
+	e := newTestEnv(t, natsjs.StreamConfig{})
 	put(t, e.js, crafted{"b0", at(0x200, 0), relayB, false}, crafted{"b1", at(0x300, 0), relayB, false})
 	fill(t, e, 5000, func(i int) *nats.Msg {
 		lsn := pglogrepl.LSN(0)
@@ -156,11 +158,11 @@ func TestReadTailPassesOverOtherRelays(t *testing.T) {
 // dead-lettering the event again. Before the fix the tail read only the
 // events' stream.
 func TestReadTailDeadLetterStream(t *testing.T) {
-	e := newTestEnv(t, jetstream.StreamConfig{Subjects: []string{"outbox.>"}})
+	e := newTestEnv(t, natsjs.StreamConfig{Subjects: []string{"outbox.>"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{testDeadLetter},
-		Storage: jetstream.FileStorage, FirstSeq: 1_000_000}); err != nil {
+	if _, err := e.js.CreateStream(ctx, natsjs.StreamConfig{Name: "DLQ", Subjects: []string{testDeadLetter},
+		Storage: natsjs.FileStorage, FirstSeq: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	put(t, e.js,

@@ -1,0 +1,97 @@
+package sink
+
+import (
+	"sync/atomic"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Source identifies where the relay's messages come from. Commit
+// positions alone do not: two relays publishing to one destination,
+// clusters whose WAL positions overlap, and the timelines of a cluster
+// after a point-in-time recovery or a promotion all produce equal
+// positions for different events. Every message carries its Source (the
+// Outbox-Source-* headers); the relay reads back only its own.
+type Source struct {
+	// System is the Postgres system identifier (IDENTIFY_SYSTEM), in
+	// decimal. A physical standby shares its primary's.
+	System string
+	// Timeline is the timeline the relay streamed on when it published.
+	Timeline uint32
+	// Slot is the replication slot's name: unique within a cluster.
+	Slot string
+	// Origin is the slot's creation point (its consistent point), which
+	// tells apart slots created one after another under one name; zero
+	// where it is not known yet (rows published from the slot's snapshot
+	// while it is created).
+	Origin pglogrepl.LSN
+}
+
+// IsZero reports whether s identifies nothing.
+func (s Source) IsZero() bool { return s.System == "" }
+
+// SameRelay reports whether a message stamped with m was published by the
+// relay s describes: the same cluster and slot name, whatever the slot's
+// incarnation or the timeline. A zero s matches nothing.
+func (s Source) SameRelay(m Source) bool {
+	return !s.IsZero() && s.System == m.System && s.Slot == m.Slot
+}
+
+// SameSlot reports whether a message stamped with m was decoded from the
+// very slot s describes: the same relay and the same creation point, known
+// on both sides. Only such messages can tell which events of a replay the
+// destination holds; the timeline does not matter, as the event's id is
+// compared too.
+func (s Source) SameSlot(m Source) bool {
+	return s.SameRelay(m) && s.Origin != 0 && s.Origin == m.Origin
+}
+
+// OwnedBy reports whether a stored message may be the relay's whose
+// source is src, for counting what the relay published: stamped with
+// src's cluster and slot, or not stamped at all (published by an older
+// relay, which may be this one). A zero src owns every relay message.
+func OwnedBy(ev StoredEvent, src Source) bool {
+	return src.IsZero() || ev.Source.IsZero() || src.SameRelay(ev.Source)
+}
+
+// Stamp is the Source a Destination stamps on its messages. The relay
+// knows its cluster and slot before it publishes anything, the slot's
+// creation point only once the slot exists, and a new timeline after a
+// promotion: Set changes the source of the messages written from then on.
+// A Stamp is safe for concurrent use.
+type Stamp struct {
+	cur atomic.Pointer[Source]
+}
+
+// NewStamp returns a Stamp holding src.
+func NewStamp(src Source) *Stamp {
+	st := &Stamp{}
+	st.cur.Store(&src)
+	return st
+}
+
+// Set makes src the source of the messages written from now on.
+func (st *Stamp) Set(src Source) {
+	if st.Source() != src {
+		st.cur.Store(&src)
+	}
+}
+
+// Source returns the source stamped now (zero for a nil Stamp).
+func (st *Stamp) Source() Source {
+	if p := st.Current(); p != nil {
+		return *p
+	}
+	return Source{}
+}
+
+// Current returns the source stamped now, nil for a nil Stamp. Each Set
+// that changes the source returns a new pointer from then on, so a
+// destination can keep the source's encoded form until the pointer
+// changes instead of encoding it for every message.
+func (st *Stamp) Current() *Source {
+	if st == nil {
+		return nil
+	}
+	return st.cur.Load()
+}

@@ -1,0 +1,34 @@
+package sink
+
+import (
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/decode"
+)
+
+// StoredEvent is a message the relay published, as the destination holds
+// it.
+type StoredEvent struct {
+	Seq        uint64
+	Time       time.Time
+	Subject    string
+	ID         string
+	Position   decode.Position
+	DeadLetter bool
+	// Reason is why a dead letter was sent there.
+	Reason string
+	// Source is where the message says it comes from; zero for a message
+	// published by a relay older than the Outbox-Source-* headers.
+	Source Source
+}
+
+// StoredID returns the id under which a destination holds ev, as it is
+// read back: the event's id, or for a dead letter whose id cannot be a
+// message id, its WAL position.
+func StoredID(ev *decode.Event) string {
+	if contract.CheckID(ev.ID) != "" {
+		return ev.Position.String()
+	}
+	return ev.ID
+}
