@@ -6,21 +6,22 @@ import (
 	"strconv"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // batcher runs one batch at a time; Poller.loop owns it.
 type batcher struct {
-	p      *Poller
-	pool   *pgxpool.Pool
-	pub    *jssink.Publisher
-	stream jetstream.Stream
+	p    *Poller
+	pool *pgxpool.Pool
+	pub  sink.Destination
+	// stored reads back what the stream holds: the messages of every
+	// relay (a batch that did not commit may have been another
+	// instance's).
+	stored sink.Reader
 }
 
 // row is a pending row read in a batch.
@@ -81,18 +82,18 @@ func (b *batcher) run(ctx context.Context) (n int, full bool, err error) {
 func (b *batcher) lockAggregates(ctx context.Context, tx pgx.Tx) (types, ids []string, err error) {
 	rows, err := tx.Query(ctx, b.p.q.lockAggregates, 4*b.p.cfg.Batch, b.p.class, b.p.cfg.Batch)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Relay.Table, err)
+		return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Table, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var t, id string
 		if err := rows.Scan(&t, &id); err != nil {
-			return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Relay.Table, err)
+			return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Table, err)
 		}
 		types, ids = append(types, t), append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Relay.Table, err)
+		return nil, nil, fmt.Errorf("lock aggregates of %s: %w", b.p.cfg.Table, err)
 	}
 	return types, ids, nil
 }
@@ -120,7 +121,7 @@ func (b *batcher) anyShareFull(rows []row, aggregates int) bool {
 func (b *batcher) read(ctx context.Context, tx pgx.Tx, types, ids []string) ([]row, error) {
 	rows, err := tx.Query(ctx, b.p.q.pendingRows, types, ids, b.share(len(types)))
 	if err != nil {
-		return nil, fmt.Errorf("read pending rows of %s: %w", b.p.cfg.Relay.Table, err)
+		return nil, fmt.Errorf("read pending rows of %s: %w", b.p.cfg.Table, err)
 	}
 	defer rows.Close()
 	var out []row
@@ -128,7 +129,7 @@ func (b *batcher) read(ctx context.Context, tx pgx.Tx, types, ids []string) ([]r
 		v := rows.RawValues()
 		r := row{ctid: string(v[0]), waiting: string(v[8]) == "true"}
 		if r.attempts, err = strconv.Atoi(string(v[7])); err != nil {
-			return nil, fmt.Errorf("read pending rows of %s: attempts %q: %w", b.p.cfg.Relay.Table, v[7], err)
+			return nil, fmt.Errorf("read pending rows of %s: attempts %q: %w", b.p.cfg.Table, v[7], err)
 		}
 		r.ev = decode.NewEvent(decode.Fields{
 			ID: v[1], AggregateType: v[2], AggregateID: v[3], EventType: v[4], Payload: v[5], CreatedAt: v[6], Headers: v[12],
@@ -137,7 +138,7 @@ func (b *batcher) read(ctx context.Context, tx pgx.Tx, types, ids []string) ([]r
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read pending rows of %s: %w", b.p.cfg.Relay.Table, err)
+		return nil, fmt.Errorf("read pending rows of %s: %w", b.p.cfg.Table, err)
 	}
 	return out, nil
 }

@@ -6,12 +6,10 @@ import (
 	"strings"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // ClaimsTable is the table, in the outbox table's schema, of the rows
@@ -118,10 +116,8 @@ func (b *batcher) skipStored(ctx context.Context, tx pgx.Tx, take []*row) (publi
 // since the given time, event or dead letter.
 func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[string]bool) (map[string]bool, error) {
 	got := map[string]bool{}
-	cfg := b.p.cfg.Relay
-	subjects := []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}
-	err := jssink.ForEach(ctx, b.stream, subjects, jssink.Read{Since: since, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		id := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), contract.DeadLetterMsgIDPrefix)
+	err := b.stored.Scan(ctx, since, func(ev sink.StoredEvent, _ bool) bool {
+		id := strings.TrimPrefix(ev.ID, contract.DeadLetterMsgIDPrefix)
 		if want[id] {
 			got[id] = true
 		}

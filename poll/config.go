@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/core"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // Defaults of the Config fields left zero.
@@ -17,11 +19,17 @@ const (
 	DefaultMaxBackoff  = 5 * time.Minute
 )
 
-// Config is what the polling relay needs: the relay's names and publishing
-// settings (Slot names the WAL relay's slot, which must not exist;
-// Publication and the slot settings are not used) and the polling ones.
+// Config is what the polling relay needs: how it publishes (shared with
+// the WAL relay), where it reads, and how it polls.
 type Config struct {
-	Relay relay.Config
+	core.Publishing
+	// PGURL is an ordinary Postgres connection string.
+	PGURL string
+	Table contract.Table
+	// Slot names the WAL relay's slot, which must not exist (a WAL relay
+	// never sets processed_at: polling would publish again every row it
+	// published); the relay's records are kept under its name.
+	Slot string
 	// Batch is the most rows one transaction publishes.
 	Batch int
 	// Interval is the longest wait between two polls when nothing wakes
@@ -55,8 +63,17 @@ func (c *Config) setDefaults() {
 
 // Validate names the first field that cannot work.
 func (c Config) Validate() error {
-	if err := c.Relay.Validate(); err != nil {
-		return err
+	switch {
+	case c.PGURL == "":
+		return errors.New("poll: no Postgres connection string")
+	case c.Table.Name == "":
+		return errors.New("poll: no outbox table")
+	}
+	if err := c.Publishing.Validate(); err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
+	if err := replication.CheckName("slot", c.Slot); err != nil {
+		return fmt.Errorf("poll: slot: %w", err)
 	}
 	switch {
 	case c.Batch < 0 || c.Batch > 100_000:

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/core"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +15,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -40,7 +41,8 @@ func config(t *testing.T, env *relaytest.Env) Config {
 		t.Fatal(err)
 	}
 	return Config{
-		Relay: relay.Config{PGURL: env.PGURL, Slot: env.Slot, Publication: env.Pub, Table: env.Table, Stream: env.Stream,
+		PGURL: env.PGURL, Slot: env.Slot, Table: env.Table,
+		Publishing: core.Publishing{Stream: env.Stream,
 			Subject: tpl, DeadLetterSubject: env.DeadSubj, DuplicateWindow: env.DuplicateWindow, DrainTimeout: 10 * time.Second},
 		Interval: 100 * time.Millisecond,
 	}
@@ -58,7 +60,7 @@ func start(t *testing.T, env *relaytest.Env, cfg Config) *running {
 	if testing.Verbose() {
 		log = log.Level(zerolog.InfoLevel)
 	}
-	p, err := New(cfg, relay.Deps{NATS: nc, Registry: reg, Log: log})
+	p, err := New(cfg, core.Deps{NATS: nc, Registry: reg, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

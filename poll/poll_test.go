@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/verify"
 )
 
 // storedMsgs returns the stream's messages in order.
@@ -23,7 +24,7 @@ func storedMsgs(t *testing.T, env *relaytest.Env) []*jetstream.RawStreamMsg {
 	var out []*jetstream.RawStreamMsg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := verify.Messages(ctx, env.StreamHandle(10*time.Second), []string{">"}, func(m *jetstream.RawStreamMsg) { out = append(out, m) })
+	err := jssink.Messages(ctx, env.StreamHandle(10*time.Second), []string{">"}, func(m *jetstream.RawStreamMsg) { out = append(out, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +306,8 @@ func TestPollLeastPrivilege(t *testing.T) {
 		_, _ = env.Pool.Exec(context.Background(), `DROP ROLE `+role)
 	})
 	cfg := config(t, env)
-	cfg.Relay.PGURL = strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
-	if cfg.Relay.PGURL == env.PGURL {
+	cfg.PGURL = strings.Replace(env.PGURL, "postgres://postgres@", "postgres://"+role+"@", 1)
+	if cfg.PGURL == env.PGURL {
 		t.Fatalf("cannot put the role in %s", env.PGURL)
 	}
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,16 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -29,8 +25,7 @@ import (
 // Poller is one polling relay process.
 type Poller struct {
 	cfg     Config
-	nc      *nats.Conn
-	reg     prometheus.Registerer
+	deps    core.Deps
 	log     zerolog.Logger
 	poolCfg *pgxpool.Config
 	q       queries // set by check: they depend on the table's columns
@@ -44,23 +39,20 @@ type Poller struct {
 
 // New checks cfg and returns a Poller ready to Run. deps are the relay's:
 // the caller owns the NATS connection and closes it after Run.
-func New(cfg Config, deps relay.Deps) (*Poller, error) {
+func New(cfg Config, deps core.Deps) (*Poller, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.NATS == nil {
-		return nil, errors.New("poll: no NATS connection")
+	if err := deps.Check("poll"); err != nil {
+		return nil, err
 	}
-	if deps.Registry == nil {
-		deps.Registry = prometheus.NewRegistry()
-	}
-	poolCfg, _, err := replication.ParseConnString(cfg.Relay.PGURL)
+	poolCfg, _, err := replication.ParseConnString(cfg.PGURL)
 	if err != nil {
 		return nil, err
 	}
-	p := &Poller{cfg: cfg, nc: deps.NATS, reg: deps.Registry, log: deps.Log, poolCfg: poolCfg,
-		cq: newClaimQueries(cfg.Relay.Table.Schema), class: lockClass(cfg.Relay.Table)}
+	p := &Poller{cfg: cfg, deps: deps, log: deps.Log, poolCfg: poolCfg,
+		cq: newClaimQueries(cfg.Table.Schema), class: lockClass(cfg.Table)}
 	starting := errors.New("starting")
 	p.notReady.Store(&starting)
 	return p, nil
@@ -72,7 +64,7 @@ func (p *Poller) Ready() error {
 	if err := *p.notReady.Load(); err != nil {
 		return err
 	}
-	if !p.nc.IsConnected() {
+	if !p.deps.NATS.IsConnected() {
 		return errors.New("not connected to NATS")
 	}
 	return nil
@@ -82,7 +74,7 @@ func (p *Poller) setReady(err error) { p.notReady.Store(&err) }
 
 // drainTimeout is how long stopping waits for the last batch's PubAcks.
 func (p *Poller) drainTimeout() time.Duration {
-	if d := p.cfg.Relay.DrainTimeout; d > 0 {
+	if d := p.cfg.DrainTimeout; d > 0 {
 		return d
 	}
 	return replication.DefaultDrainTimeout
@@ -90,16 +82,16 @@ func (p *Poller) drainTimeout() time.Duration {
 
 // Run polls until ctx ends or a fatal error:
 //
-//	outbox table ─batch: lock aggregates, read rows FOR UPDATE─▶ jetstream.Publisher ─PubAcks─▶ processed_at, COMMIT
+//	outbox table ─batch: lock aggregates, read rows FOR UPDATE─▶ sink.Destination ─PubAcks─▶ processed_at, COMMIT
 //	     ▲ NOTIFY (migrate --notify) or every Interval
 //
 // Cancelling ctx stops taking rows, waits up to the drain timeout for the
 // current batch's PubAcks, commits what was acknowledged and returns nil.
 func (p *Poller) Run(ctx context.Context) error {
-	cfg, log := p.cfg.Relay, p.log
+	cfg, log := p.cfg, p.log
 	log.Info().Str("table", cfg.Table.String()).Str("stream", cfg.Stream).Str("subject", cfg.Subject.String()).
 		Int("batch", p.cfg.Batch).Dur("interval", p.cfg.Interval).Msg("starting outbox relay, polling the table")
-	pool, err := relay.OpenPool(ctx, p.poolCfg, log)
+	pool, err := core.OpenPool(ctx, p.poolCfg, log)
 	if err != nil {
 		return err
 	}
@@ -107,49 +99,38 @@ func (p *Poller) Run(ctx context.Context) error {
 	if err := p.check(ctx, pool); err != nil {
 		return err
 	}
-	stream, err := relay.EnsureStream(ctx, p.nc, jetstream.StreamSpec{Name: cfg.Stream, Template: cfg.Subject,
-		DeadLetterSubject: cfg.DeadLetterSubject, DuplicateWindow: cfg.DuplicateWindow}, log)
+	stream, err := core.OpenStream(ctx, p.deps, cfg.Publishing)
 	if err != nil {
 		return err
 	}
-	store := checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot)
-	info := stream.CachedInfo()
-	pub, err := jetstream.NewPublisher(p.nc, jetstream.Config{
-		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
-		Window: cfg.Window, WindowBytes: cfg.WindowBytes, AckTimeout: cfg.AckTimeout,
-		MaxMessageSize: int(info.Config.MaxMsgSize), Stream: stream, StartSeq: info.State.LastSeq,
-		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
-			return store.RecordDeadLetter(ctx, ev.ID, reason, 0)
-		},
-		Source: p.source(ctx, pool),
-	}, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.reg))
+	pc := cfg.PublisherConfig()
+	pc.RecordDeadLetter = core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
+	pc.Source = p.source(ctx, pool)
+	pub, err := stream.NewPublisher(pc, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.deps.Registry))
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	if p.metrics, err = newMetrics(p.reg); err != nil {
+	if p.metrics, err = newMetrics(p.deps.Registry); err != nil {
 		return err
 	}
 
 	// The publisher's recovery loop and the listener run beside the polling
-	// loop and stop after it: the last batch may still need recovery.
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	defer func() {
-		stopBG()
-		bg.Wait()
-	}()
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		_ = pub.Run(bgCtx)
-	}()
+	// loop and stop after it: the last batch may still need recovery. A
+	// publisher that fails stops the loop, and Run returns its error.
+	bg := core.NewGroup(ctx)
+	defer bg.Stop()
+	bg.Go("publisher", pub.Run)
 	wake := make(chan struct{}, 1)
-	go func() {
-		defer bg.Done()
-		listen(bgCtx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
-	}()
-	return p.loop(ctx, &batcher{p: p, pool: pool, pub: pub, stream: stream}, wake)
+	bg.Go("listener", func(ctx context.Context) error {
+		listen(ctx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
+		return nil
+	})
+	err = p.loop(bg.Context(), &batcher{p: p, pool: pool, pub: pub, stored: stream.Reader(nil)}, wake)
+	if cause := bg.Failure(); cause != nil && err == nil {
+		err = cause
+	}
+	return err
 }
 
 // loop runs batches: at once after a full one, else on a notification or
@@ -212,7 +193,7 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 // a WAL relay reads: it never sets processed_at, so polling would publish everything
 // it published again.
 func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
-	cfg := p.cfg.Relay
+	cfg := p.cfg
 	cols, err := replication.Columns(ctx, pool, cfg.Table)
 	if err != nil {
 		return err
@@ -279,5 +260,5 @@ func (p *Poller) source(ctx context.Context, pool *pgxpool.Pool) *sink.Stamp {
 		p.log.Warn().Err(err).Msg("cannot read the Postgres system identifier: messages go out without the Outbox-Source-* headers")
 		return nil
 	}
-	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Relay.Table.String()})
+	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Table.String()})
 }

@@ -5,20 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/startup"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/replication"
-	"github.com/outbox-relay/outbox-relay/sink"
 )
 
-// Config is everything the relay needs to know. Zero durations and sizes
-// take the defaults of the package that owns them (sink, replication).
+// Config is everything the WAL relay needs to know: how it publishes
+// (core.Publishing, shared with the polling relay) and where it reads.
+// Zero durations and sizes take the defaults of the package that owns
+// them (jetstream, replication).
 type Config struct {
+	core.Publishing
+
 	// PGURL is an ordinary Postgres connection string; the replication
 	// connection is derived from it.
 	PGURL string
@@ -28,23 +26,14 @@ type Config struct {
 	// its snapshot and the slot's monitoring are there. See standby.go.
 	PrimaryURL string
 
-	Slot              string
-	Publication       string
-	Table             contract.Table
-	Stream            string
-	Subject           sink.Template
-	DeadLetterSubject string
-	// DuplicateWindow is the dedup window of a stream the relay creates.
-	DuplicateWindow time.Duration
+	Slot        string
+	Publication string
+	Table       contract.Table
 	// MessagePrefix, when set, relays table-less events too: transactional
 	// logical messages with this prefix (Postgres 14+; see decode).
 	MessagePrefix string
 
-	Window         int           // most events awaiting a PubAck
-	WindowBytes    int           // most payload bytes awaiting PubAcks
-	AckTimeout     time.Duration // before an event is republished
 	StatusInterval time.Duration // longest time between status updates
-	DrainTimeout   time.Duration // how long shutdown waits for PubAcks
 
 	// Repair drops the slot, creates a new one and publishes from its
 	// snapshot every committed row the stream lacks, then streams: the way
@@ -65,14 +54,11 @@ func (c Config) Validate() error {
 		return errors.New("relay: no Postgres connection string")
 	case c.Table.Name == "":
 		return errors.New("relay: no outbox table")
-	case c.Stream == "":
-		return errors.New("relay: no stream")
-	case c.Subject.String() == "":
-		return errors.New("relay: no subject template")
-	case c.DeadLetterSubject == "":
-		return errors.New("relay: no dead-letter subject")
 	case c.PrimaryURL != "" && c.Failover:
 		return errors.New("relay: --failover with --primary-url: a slot on a standby cannot be a failover slot; drop one of them")
+	}
+	if err := c.Publishing.Validate(); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	if err := replication.CheckName("slot", c.Slot); err != nil {
 		return fmt.Errorf("relay: slot: %w", err)
@@ -81,31 +67,4 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: publication: %w", err)
 	}
 	return nil
-}
-
-func (c Config) streamSpec() jssink.StreamSpec {
-	return jssink.StreamSpec{
-		Name:              c.Stream,
-		Template:          c.Subject,
-		DeadLetterSubject: c.DeadLetterSubject,
-		DuplicateWindow:   c.DuplicateWindow,
-	}
-}
-
-// sinkConfig is the publisher's configuration for stream.
-func (c Config) sinkConfig(stream jetstream.Stream, store *checkpoint.Store, source *sink.Stamp, trace *startup.Trace) jssink.Config {
-	maxSize, lastSeq := streamLimits(stream)
-	return jssink.Config{
-		Subject:           c.Subject,
-		DeadLetterSubject: c.DeadLetterSubject,
-		Window:            c.Window,
-		WindowBytes:       c.WindowBytes,
-		AckTimeout:        c.AckTimeout,
-		MaxMessageSize:    maxSize,
-		Stream:            stream,
-		StartSeq:          lastSeq,
-		RecordDeadLetter:  recordDeadLetter(store),
-		Source:            source,
-		FirstStored:       func() { trace.Finish("first PubAck") },
-	}
 }

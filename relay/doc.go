@@ -1,8 +1,11 @@
-// Package relay is the relay's core: it wires replication, decode, sink and
+// Package relay is the WAL relay: it wires replication, decode, sink and
 // checkpoint into one pipeline and owns the start-up protocol that decides
-// how a relay takes up its slot.
+// how a relay takes up its slot. Its sibling, package poll, reads the
+// table instead; both stand on internal/core. Only wire.go and oneshot.go
+// name the JetStream implementation (sink/jetstream): the rest publishes
+// to a sink.Destination and reads back through a sink.Reader.
 //
-//	Postgres WAL ─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ jetstream.Publisher ─PubAck─▶ checkpoint
+//	Postgres WAL ─▶ replication.Stream ─decode.Event─▶ pipeline ─▶ sink.Destination ─PubAck─▶ checkpoint
 //
 // At start the relay resumes its slot; or creates it and first publishes,
 // from the slot's snapshot, the rows already in the table; or, asked to

@@ -6,15 +6,14 @@ import (
 	"sync"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -22,7 +21,7 @@ import (
 // --republish, dlq retry) with the relay's own publisher: same subjects,
 // headers, ordering and dead-letter handling.
 type OneShot struct {
-	pub    *jssink.Publisher
+	pub    *jetstream.Publisher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -35,24 +34,23 @@ type OneShot struct {
 // (Outbox-Source-* headers). Their position is the table's (commit LSN
 // 0/0), outside any replay, so a relay never skips a replayed event
 // because of them.
-func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*OneShot, error) {
-	src, err := oneShotSource(ctx, nc, cfg, store, log)
+func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*OneShot, error) {
+	src, err := oneShotSource(ctx, cfg, store, log)
 	if err != nil {
 		return nil, err
 	}
 	o := &OneShot{dead: map[string]string{}}
-	maxSize, lastSeq := streamLimits(stream)
-	record := recordDeadLetter(store)
-	pub, err := jssink.NewPublisher(nc, jssink.Config{
-		Subject: cfg.Subject, DeadLetterSubject: cfg.DeadLetterSubject,
-		MaxMessageSize: maxSize, Stream: stream, StartSeq: lastSeq, Source: src.stampOrNil(),
-		RecordDeadLetter: func(ctx context.Context, ev *decode.Event, reason string) error {
-			o.mu.Lock()
-			o.dead[ev.ID] = reason
-			o.mu.Unlock()
-			return record(ctx, ev, reason)
-		},
-	}, log, jssink.NewMetrics(prometheus.NewRegistry()))
+	record := core.RecordDeadLetter(store)
+	pc := cfg.PublisherConfig()
+	pc.Window, pc.WindowBytes, pc.AckTimeout = 0, 0, 0 // the defaults, whatever the relay's
+	pc.Source = src.stampOrNil()
+	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, reason string) error {
+		o.mu.Lock()
+		o.dead[ev.ID] = reason
+		o.mu.Unlock()
+		return record(ctx, ev, reason)
+	}
+	pub, err := stream.NewPublisher(pc, log, jetstream.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		return nil, err
 	}
@@ -69,12 +67,12 @@ func NewOneShot(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, cfg
 
 // oneShotSource identifies the Postgres system and, when the relay took its
 // slot up, the slot's creation point.
-func oneShotSource(ctx context.Context, nc *nats.Conn, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*source, error) {
+func oneShotSource(ctx context.Context, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*source, error) {
 	_, repl, err := replication.ParseConnString(cfg.PGURL)
 	if err != nil {
 		return nil, err
 	}
-	src, err := newSource(ctx, repl, cfg.Slot, nc, log)
+	src, err := newSource(ctx, repl, cfg.Slot, log)
 	if err != nil {
 		// IDENTIFY_SYSTEM needs the REPLICATION attribute and a free WAL
 		// sender, which an operator's role may lack: such messages are

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,15 +18,15 @@ import (
 // reconnect), numbers the rest through the publisher, and answers "what is
 // safe to confirm" from the publisher's acknowledgements.
 type pipeline struct {
-	pub     *jetstream.Publisher
+	pub     sink.Destination
 	tracker *checkpoint.Tracker
 	ledger  *checkpoint.Ledger
 	// gate clears positions for confirmation (the ledger written, the
 	// publication checked) without blocking the replication goroutine.
 	gate *checkpoint.Gate
-	// stored are the events of the replay the stream held when the
+	// held are the events of the replay the destination held when the
 	// current replication session started.
-	stored  *checkpoint.Stored
+	held    *checkpoint.Holdings
 	skipped prometheus.Counter
 	// source is where the relay's messages come from; set once the slot
 	// is taken up (nil before: nothing is read back as the relay's).
@@ -53,21 +51,15 @@ func (p *pipeline) skip(ev *decode.Event) bool {
 	return false
 }
 
-// storedAlready reports whether the stream holds ev: a message of this
-// relay's slot at ev's position, with ev's id. The same position with
-// another id is another event (a timeline change, another writer): ev is
+// storedAlready reports whether the destination holds ev (see
+// checkpoint.Holdings). Another event at its position is noted: ev is
 // published.
 func (p *pipeline) storedAlready(ev *decode.Event) bool {
-	if !p.stored.Contains(ev.Position) {
-		return false
+	held, other := p.held.Holds(ev)
+	if other != "" {
+		p.source.otherEventAt(ev, other)
 	}
-	id := sink.StoredID(ev)
-	if p.stored.Holds(ev.Position, id) {
-		return true
-	}
-	other, _ := p.stored.ID(ev.Position)
-	p.source.otherEventAt(ev, other)
-	return false
+	return held
 }
 
 func (p *pipeline) Event(ev *decode.Event) bool {

@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -31,7 +27,6 @@ import (
 type source struct {
 	repl  *pgconn.Config
 	stamp *sink.Stamp
-	js    jetstream.JetStream
 	log   zerolog.Logger
 	// otherLogs limits the warning about replayed events whose position
 	// the stream holds with another id.
@@ -40,29 +35,24 @@ type source struct {
 
 // newSource identifies the Postgres system the relay streams from. The
 // slot's creation point is not known yet: see slotTakenUp.
-func newSource(ctx context.Context, repl *pgconn.Config, slot string, nc *nats.Conn, log zerolog.Logger) (*source, error) {
+func newSource(ctx context.Context, repl *pgconn.Config, slot string, log zerolog.Logger) (*source, error) {
 	id, err := identifySystem(ctx, repl)
 	if err != nil {
 		return nil, err
 	}
-	return newSourceFrom(id, repl, slot, nc, log)
+	return newSourceFrom(id, repl, slot, log)
 }
 
 // newSourceFrom is newSource for a system identified already.
-func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot string, nc *nats.Conn, log zerolog.Logger) (*source, error) {
+func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot string, log zerolog.Logger) (*source, error) {
 	// An empty identifier would stamp a zero Source, which sink.SameRelay
 	// takes for every relay's: never stream with it.
 	if id.SystemID == "" {
 		return nil, errors.New("identify the Postgres system (IDENTIFY_SYSTEM): no system identifier")
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("open JetStream: %w", err)
-	}
 	return &source{
 		repl:      repl,
 		stamp:     sink.NewStamp(sink.Source{System: id.SystemID, Timeline: uint32(id.Timeline), Slot: slot}),
-		js:        js,
 		log:       log,
 		otherLogs: retry.NewLogLimiter(),
 	}, nil
@@ -158,15 +148,6 @@ func (s *source) Source() sink.Source {
 		return sink.Source{}
 	}
 	return s.stamp.Source()
-}
-
-// deadLetters returns the stream that holds the dead-letter subject when
-// events does not, or nil.
-func (s *source) deadLetters(ctx context.Context, events jetstream.Stream, subject string) (jetstream.Stream, error) {
-	if s == nil {
-		return nil, nil
-	}
-	return jssink.DeadLetterStream(ctx, s.js, events, subject)
 }
 
 // otherEventAt notes a replayed event whose position the stream holds

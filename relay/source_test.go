@@ -8,6 +8,7 @@ import (
 	"time"
 
 	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+	"github.com/outbox-relay/outbox-relay/sink/memory"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -72,7 +74,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 
 	runUntilCaughtUp(t, env, cfg)
 	counts := map[string]int{}
-	err := verify.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(contract.HeaderMsgID)]++ })
+	err := jssink.Messages(ctx, stream, nil, func(m *jetstream.RawStreamMsg) { counts[m.Header.Get(contract.HeaderMsgID)]++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 		}
 	}
 	// verify, given the relay's source, leaves relay A's message out.
-	rep, err := verify.Run(ctx, env.Pool, stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Source: b})
+	rep, err := verify.Run(ctx, env.Pool, jssink.NewReader(env.JS, stream, cfg.Subject.Filter(), cfg.DeadLetterSubject, nil), verify.Options{Table: cfg.Table, Source: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +96,17 @@ func TestTwoRelaysShareAStream(t *testing.T) {
 // A replayed event whose position the stream holds with another id is
 // not skipped.
 func TestSkipNeedsTheStoredID(t *testing.T) {
-	p := &pipeline{tracker: checkpoint.NewTracker(0), stored: &checkpoint.Stored{}, skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "skipped"})}
+	src := sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x100}
+	dest := memory.New(1, sink.NewStamp(src))
 	at := decode.Position{CommitLSN: 0x16B3748, Index: 1}
-	p.stored.Add(at, "stored-id")
+	dest.Put(sink.StoredEvent{ID: "stored-id", Position: at, Source: src})
 	noID := decode.Position{CommitLSN: 0x16B3748, Index: 2}
-	p.stored.Add(noID, noID.String()) // a dead letter without an id: its Nats-Msg-Id names the position
+	dest.Put(sink.StoredEvent{ID: noID.String(), Position: noID, Source: src, DeadLetter: true}) // a dead letter without an id: its Nats-Msg-Id names the position
+	held, err := checkpoint.ReadHoldings(context.Background(), dest, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipeline{tracker: checkpoint.NewTracker(0), held: held, skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "skipped"})}
 	for _, c := range []struct {
 		ev   decode.Event
 		skip bool
@@ -180,7 +188,7 @@ func runUntilCaughtUp(t *testing.T, env *relaytest.Env, cfg Config) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	r, err := New(cfg, core.Deps{NATS: nc, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +251,7 @@ func TestDeadLetterStoredButNotRecorded(t *testing.T) {
 // A system without an identifier would stamp a zero Source, which
 // sink.SameRelay takes for every relay's messages: refused.
 func TestSourceNeedsASystemIdentifier(t *testing.T) {
-	_, err := newSourceFrom(pglogrepl.IdentifySystemResult{Timeline: 1}, nil, "outbox_relay", nil, zerolog.Nop())
+	_, err := newSourceFrom(pglogrepl.IdentifySystemResult{Timeline: 1}, nil, "outbox_relay", zerolog.Nop())
 	if err == nil || !strings.Contains(err.Error(), "no system identifier") {
 		t.Fatalf("newSourceFrom without a system identifier = %v; want it refused", err)
 	}

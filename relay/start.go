@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 
@@ -38,11 +36,13 @@ type starter struct {
 	pool *pgxpool.Pool // where the slot is: --pg-url
 	// record is where the relay keeps its record and takes its lock:
 	// pool, or the primary of --primary-url when pool is a standby.
-	record  *pgxpool.Pool
-	repl    *pgconn.Config
-	stream  jetstream.Stream
+	record *pgxpool.Pool
+	repl   *pgconn.Config
+	// reader reads back what the destination holds of this relay's
+	// events; pub is where it publishes them.
+	reader  sink.Reader
 	store   *checkpoint.Store
-	pub     *jssink.Publisher
+	pub     sink.Destination
 	skipped prometheus.Counter
 	log     zerolog.Logger
 	// standby is set when pool is a hot standby (--primary-url).
@@ -183,7 +183,7 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 	if err != nil {
 		return slot, rec, 0, err
 	}
-	last, err := jssink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
+	last, err := s.reader.Last(ctx)
 	if err != nil {
 		return slot, rec, 0, err
 	}
@@ -320,7 +320,7 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 // set) that the stream lacks.
 func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
 	cfg := s.cfg
-	rep, err := verify.Run(ctx, db, s.stream, verify.Options{Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}, Since: since})
+	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, Since: since})
 	if err != nil {
 		return 0, err
 	}

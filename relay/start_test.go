@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -27,9 +28,10 @@ func testConfig(t *testing.T, env *relaytest.Env) Config {
 		t.Fatal(err)
 	}
 	return Config{
-		PGURL: env.PGURL, Slot: env.Slot, Publication: env.Pub, Table: env.Table, Stream: env.Stream,
-		Subject: subject, DeadLetterSubject: env.DeadSubj, DuplicateWindow: time.Second,
-		AckTimeout: time.Second,
+		PGURL: env.PGURL, Slot: env.Slot, Publication: env.Pub, Table: env.Table,
+		Publishing: core.Publishing{Stream: env.Stream,
+			Subject: subject, DeadLetterSubject: env.DeadSubj, DuplicateWindow: time.Second,
+			AckTimeout: time.Second},
 	}
 }
 
@@ -42,12 +44,12 @@ func takeUpOnce(ctx context.Context, env *relaytest.Env, cfg Config) (checkpoint
 		return 0, err
 	}
 	defer nc.Close()
-	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	r, err := New(cfg, core.Deps{NATS: nc, Log: zerolog.Nop()})
 	if err != nil {
 		return 0, err
 	}
-	bg := newGroup(ctx)
-	defer bg.stop()
+	bg := core.NewGroup(ctx)
+	defer bg.Stop()
 	up, err := r.takeUp(ctx, bg)
 	if up == nil {
 		return 0, err

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 )
@@ -67,7 +68,7 @@ func TestStartUpTraceOnResume(t *testing.T) {
 	defer nc.Close()
 	out := &syncBuffer{}
 	log := zerolog.New(out)
-	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	r, err := New(cfg, core.Deps{NATS: nc, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestStartBeforePostgresAnswers(t *testing.T) {
 	}
 	defer nc.Close()
 	out := &syncBuffer{}
-	r, err := New(cfg, Deps{NATS: nc, Log: zerolog.Nop()})
+	r, err := New(cfg, core.Deps{NATS: nc, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

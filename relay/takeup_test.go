@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -120,8 +122,8 @@ func compare(t *testing.T, env *relaytest.Env, cfg Config) verify.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := verify.Run(ctx, env.Pool, env.StreamHandle(10*time.Second), verify.Options{
-		Table: cfg.Table, Subjects: []string{cfg.Subject.Filter(), cfg.DeadLetterSubject}})
+	rep, err := verify.Run(ctx, env.Pool, jetstream.NewReader(env.JS, env.StreamHandle(10*time.Second), cfg.Subject.Filter(), cfg.DeadLetterSubject, nil), verify.Options{
+		Table: cfg.Table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/core"
+
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -16,7 +20,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/retention"
 	"github.com/outbox-relay/outbox-relay/sink"
-	"github.com/outbox-relay/outbox-relay/verify"
 )
 
 // server is the Postgres the tests create their databases in: a private
@@ -36,8 +39,9 @@ func relayConfig(t testing.TB, env *relaytest.Env) relay.Config {
 		t.Fatal(err)
 	}
 	return relay.Config{
-		PGURL: env.PGURL, Slot: env.Slot, Publication: env.Pub, Table: env.Table, Stream: env.Stream,
-		Subject: subject, DeadLetterSubject: env.DeadSubj, DuplicateWindow: time.Second, AckTimeout: time.Second,
+		PGURL: env.PGURL, Slot: env.Slot, Publication: env.Pub, Table: env.Table,
+		Publishing: core.Publishing{Stream: env.Stream,
+			Subject: subject, DeadLetterSubject: env.DeadSubj, DuplicateWindow: time.Second, AckTimeout: time.Second},
 	}
 }
 
@@ -49,7 +53,7 @@ func startRelay(t testing.TB, env *relaytest.Env) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(relayConfig(t, env), relay.Deps{NATS: nc, Log: zerolog.Nop()})
+	r, err := relay.New(relayConfig(t, env), core.Deps{NATS: nc, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +164,7 @@ func streamIDs(t *testing.T, env *relaytest.Env) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var ids []string
-	err := verify.Messages(ctx, env.StreamHandle(10*time.Second), nil, func(m *jetstream.RawStreamMsg) {
+	err := jssink.Messages(ctx, env.StreamHandle(10*time.Second), nil, func(m *jetstream.RawStreamMsg) {
 		ids = append(ids, m.Header.Get(contract.HeaderMsgID))
 	})
 	if err != nil {

@@ -21,6 +21,12 @@ type StoredEvent struct {
 	// Source is where the message says it comes from; zero for a message
 	// published by a relay older than the Outbox-Source-* headers.
 	Source Source
+	// AggregateType and AggregateID are the row's values, as the
+	// message's headers carry them.
+	AggregateType, AggregateID string
+	// CreatedAt is the row's created_at as the message carries it
+	// (RFC 3339), "" when it carries none.
+	CreatedAt string
 }
 
 // StoredID returns the id under which a destination holds ev, as it is

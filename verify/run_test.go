@@ -79,7 +79,7 @@ func TestRun(t *testing.T) {
 	publish(&nats.Msg{Subject: "outbox.order.created", Data: []byte("not the relay's")})
 	publish(ev("zombie", 4))
 
-	rep, err := Run(ctx, fakeRows{"a", "b", "c", "d"}, stream, Options{Subjects: []string{"outbox.>", "outbox-dlq"}})
+	rep, err := Run(ctx, fakeRows{"a", "b", "c", "d"}, jssink.NewReader(js, stream, "outbox.>", "outbox-dlq", nil), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

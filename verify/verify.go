@@ -17,10 +17,7 @@ import (
 	"slices"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -30,9 +27,6 @@ import (
 // Options selects what to compare.
 type Options struct {
 	Table contract.Table
-	// Subjects are the stream subjects the relay publishes on: the
-	// template's filter and the dead-letter subject.
-	Subjects []string
 	// Since and Until bound created_at of the rows (and Outbox-Created-At of
 	// the messages) compared; zero means unbounded.
 	Since, Until time.Time
@@ -106,14 +100,14 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Run compares the table, as db sees it, with the stream.
-func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options) (Report, error) {
+// Run compares the table, as db sees it, with what r holds.
+func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, error) {
 	rows, err := committedIDs(ctx, db, opts)
 	if err != nil {
 		return Report{}, err
 	}
 	if opts.Source.IsZero() {
-		opts.Source, _ = jssink.SourceOf(stream)
+		opts.Source = r.Owner()
 	}
 	c := newComparison(rows, opts)
 	// Messages are chosen by their Outbox-Created-At; the stream is only
@@ -123,8 +117,8 @@ func Run(ctx context.Context, db Querier, stream jetstream.Stream, opts Options)
 	if !from.IsZero() {
 		from = from.Add(-clockMargin)
 	}
-	err = jssink.ForEach(ctx, stream, opts.Subjects, jssink.Read{Since: from, HeadersOnly: true}, func(m *jetstream.RawStreamMsg) bool {
-		c.add(m)
+	err = r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
+		c.add(ev, ok)
 		return true
 	})
 	if err != nil {
@@ -154,45 +148,45 @@ func newComparison(rows map[string]struct{}, opts Options) *comparison {
 	}
 }
 
-// add takes the next stored message, in stream order.
-func (c *comparison) add(m *jetstream.RawStreamMsg) {
-	ev, ok := jssink.ParseStored(m)
+// add takes the next stored message, in stream order; ok is false when
+// its relay headers cannot be read.
+func (c *comparison) add(ev sink.StoredEvent, ok bool) {
 	if ok && !sink.OwnedBy(ev, c.opts.Source) {
 		return // another relay's message, in a shared stream
 	}
-	switch in, known := inRange(m.Header.Get(contract.HeaderCreatedAt), c.opts); {
+	switch in, known := inRange(ev.CreatedAt, c.opts); {
 	case known && !in:
 		return // outside the compared range
-	case !known && !c.storedInRange(m):
+	case !known && !c.storedInRange(ev):
 		return // unreadable, and stored well outside the range
 	case !ok:
-		c.unparsed(m, "no readable relay headers ("+contract.HeaderCommitLSN+", "+contract.HeaderTxnIndex+")")
+		c.unparsed(ev, "no readable relay headers ("+contract.HeaderCommitLSN+", "+contract.HeaderTxnIndex+")")
 	case ev.ID == "":
-		c.unparsed(m, "no "+contract.HeaderMsgID+" header")
+		c.unparsed(ev, "no "+contract.HeaderMsgID+" header")
 	case !known:
-		c.unparsed(m, "the "+contract.HeaderCreatedAt+" header is missing or not RFC 3339, so it cannot be placed in the range compared")
+		c.unparsed(ev, "the "+contract.HeaderCreatedAt+" header is missing or not RFC 3339, so it cannot be placed in the range compared")
 	default:
-		c.count(ev, m)
+		c.count(ev)
 	}
 }
 
-func (c *comparison) unparsed(m *jetstream.RawStreamMsg, reason string) {
+func (c *comparison) unparsed(ev sink.StoredEvent, reason string) {
 	c.r.Messages++
-	c.r.Unparsed = append(c.r.Unparsed, Unparsed{Seq: m.Sequence, Subject: m.Subject, Reason: reason})
+	c.r.Unparsed = append(c.r.Unparsed, Unparsed{Seq: ev.Seq, Subject: ev.Subject, Reason: reason})
 }
 
 // storedInRange reports whether a message whose created_at is unknown was
 // stored within the compared range, widened by the clock margin.
-func (c *comparison) storedInRange(m *jetstream.RawStreamMsg) bool {
-	if m.Time.IsZero() {
+func (c *comparison) storedInRange(ev sink.StoredEvent) bool {
+	if ev.Time.IsZero() {
 		return true
 	}
-	return (c.opts.Since.IsZero() || !m.Time.Before(c.opts.Since.Add(-clockMargin))) &&
-		(c.opts.Until.IsZero() || m.Time.Before(c.opts.Until.Add(clockMargin)))
+	return (c.opts.Since.IsZero() || !ev.Time.Before(c.opts.Since.Add(-clockMargin))) &&
+		(c.opts.Until.IsZero() || ev.Time.Before(c.opts.Until.Add(clockMargin)))
 }
 
 // count adds one stored relay message to the report.
-func (c *comparison) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg) {
+func (c *comparison) count(ev sink.StoredEvent) {
 	r := &c.r
 	r.Messages++
 	if ev.DeadLetter {
@@ -208,7 +202,7 @@ func (c *comparison) count(ev sink.StoredEvent, m *jetstream.RawStreamMsg) {
 		// which consumers of the event subjects never see.
 		return
 	}
-	agg := m.Header.Get(contract.HeaderAggregateType) + "/" + m.Header.Get(contract.HeaderAggregateID)
+	agg := ev.AggregateType + "/" + ev.AggregateID
 	if prev, ok := c.last[agg]; ok && ev.Position.Less(prev.pos) {
 		r.OrderViolations = append(r.OrderViolations, Violation{Aggregate: agg, EventID: ev.ID, After: prev.id})
 		return
@@ -276,13 +270,4 @@ func inRange(createdAt string, opts Options) (in, known bool) {
 		return false, false
 	}
 	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until)), true
-}
-
-// Messages calls fn for every message on subjects stored in the stream up
-// to its last sequence at the time of the call, in stream order.
-func Messages(ctx context.Context, stream jetstream.Stream, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
-	return jssink.ForEach(ctx, stream, subjects, jssink.Read{}, func(m *jetstream.RawStreamMsg) bool {
-		fn(m)
-		return true
-	})
 }

@@ -202,7 +202,7 @@ func TestComparison(t *testing.T) {
 				if m.Time.IsZero() {
 					m.Time = may1.Add(time.Hour)
 				}
-				cmp.add(m)
+				cmp.add(jssink.ParseStored(m))
 			}
 			r := cmp.report()
 			var unparsed []uint64

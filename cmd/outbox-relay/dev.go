@@ -18,7 +18,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
 	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -85,7 +84,7 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() {
-		relayDone <- serveRelay(relayCtx, cfg, relay.NATSOptions{URL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
+		relayDone <- serveRelay(relayCtx, cfg, jetstream.NATSOptions{URL: natsURL}, c.MetricsAddr, log.With().Str("side", "relay").Logger())
 	}()
 	demoErr := demo.Run(ctx, demo.Config{Pool: pool, NATSURL: natsURL, Relay: cfg, Rate: c.Rate, Count: c.Count, RelayDone: relayDone, Out: os.Stdout})
 	stopRelay()

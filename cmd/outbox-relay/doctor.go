@@ -11,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 type doctorCmd struct {
@@ -73,7 +72,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		rep.Add(fs...)
 		unreachable = down
 	}
-	if nc, err := relay.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay doctor"); err != nil {
+	if nc, err := jetstream.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay doctor"); err != nil {
 		unreachable = true
 		rep.Add(doctor.Finding{Check: "nats.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --nats-url and the credential and TLS flags (--nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key)"})
 	} else {

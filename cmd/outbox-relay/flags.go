@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -110,8 +111,8 @@ type natsFlags struct {
 }
 
 // options are the flags as the relay package takes them.
-func (f natsFlags) options() relay.NATSOptions {
-	return relay.NATSOptions{URL: f.NATSURL, Creds: f.NATSCreds, NKey: f.NATSNKey, CA: f.NATSCA, Cert: f.NATSCert, Key: f.NATSKey}
+func (f natsFlags) options() jetstream.NATSOptions {
+	return jetstream.NATSOptions{URL: f.NATSURL, Creds: f.NATSCreds, NKey: f.NATSNKey, CA: f.NATSCA, Cert: f.NATSCert, Key: f.NATSKey}
 }
 
 type nameFlags struct {
@@ -137,10 +138,12 @@ type names struct {
 
 // relayConfig is the relay's configuration with these names.
 func (n names) relayConfig() relay.Config {
-	return relay.Config{
-		Slot: n.slot, Publication: n.publication, Table: n.table, Stream: n.stream,
-		Subject: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow,
-	}
+	return relay.Config{Slot: n.slot, Publication: n.publication, Table: n.table, Publishing: n.publishing()}
+}
+
+// publishing is where events go with these names.
+func (n names) publishing() core.Publishing {
+	return core.Publishing{Stream: n.stream, Subject: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
 }
 
 func (f nameFlags) parse() (names, error) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 

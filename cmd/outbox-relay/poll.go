@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/core"
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/poll"
@@ -41,11 +44,11 @@ func (f pollFlags) validate() error {
 }
 
 // serve runs the polling relay with cfg's names and publishing settings.
-func (f pollFlags) serve(ctx context.Context, cfg relay.Config, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger) error {
+func (f pollFlags) serve(ctx context.Context, cfg relay.Config, natsOpts jetstream.NATSOptions, metricsAddr string, log zerolog.Logger) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	pc := poll.Config{Relay: cfg, Batch: f.PollBatch, Interval: f.PollInterval, MaxAttempts: f.PollMaxAttempts,
+	pc := poll.Config{Publishing: cfg.Publishing, PGURL: cfg.PGURL, Table: cfg.Table, Slot: cfg.Slot, Batch: f.PollBatch, Interval: f.PollInterval, MaxAttempts: f.PollMaxAttempts,
 		Backoff: f.PollBackoff, MaxBackoff: f.PollMaxBackoff}
-	return serve(ctx, natsOpts, metricsAddr, log, func(deps relay.Deps) (runner, error) { return poll.New(pc, deps) })
+	return serve(ctx, natsOpts, metricsAddr, log, func(deps core.Deps) (runner, error) { return poll.New(pc, deps) })
 }

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/core"
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -134,8 +137,8 @@ func (c *runCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // serveRelay connects to NATS, serves /metrics, /healthz and /readyz, and
 // runs the relay until ctx ends or a fatal error. The metrics server
 // outlives the relay's drain, so a scrape sees the final figures.
-func serveRelay(ctx context.Context, cfg relay.Config, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger) error {
-	return serve(ctx, natsOpts, metricsAddr, log, func(deps relay.Deps) (runner, error) { return relay.New(cfg, deps) })
+func serveRelay(ctx context.Context, cfg relay.Config, natsOpts jetstream.NATSOptions, metricsAddr string, log zerolog.Logger) error {
+	return serve(ctx, natsOpts, metricsAddr, log, func(deps core.Deps) (runner, error) { return relay.New(cfg, deps) })
 }
 
 // runner is a relay serveRelay can run: the WAL relay or the polling one.
@@ -145,7 +148,7 @@ type runner interface {
 }
 
 // serve runs the relay build returns, with NATS and the metrics server.
-func serve(ctx context.Context, natsOpts relay.NATSOptions, metricsAddr string, log zerolog.Logger, build func(relay.Deps) (runner, error)) error {
+func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr string, log zerolog.Logger, build func(core.Deps) (runner, error)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(readBuildInfo().collector())
 	health := newHealth()
@@ -157,13 +160,13 @@ func serve(ctx context.Context, natsOpts relay.NATSOptions, metricsAddr string, 
 		}
 	}
 	end := startup.Phase(ctx, "nats_connect")
-	nc, err := relay.ConnectNATS(natsOpts, "outbox-relay", log)
+	nc, err := jetstream.ConnectNATS(natsOpts, "outbox-relay", log)
 	end()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	r, err := build(relay.Deps{NATS: nc, Registry: reg, Log: log})
+	r, err := build(core.Deps{NATS: nc, Registry: reg, Log: log})
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 type statusCmd struct {
@@ -51,7 +52,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if c.Watch {
 		return c.watch(ctx, pool, n)
 	}
-	nc, natsErr := relay.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay status")
+	nc, natsErr := jetstream.ConnectNATSOnce(ctx, c.natsFlags.options(), "outbox-relay status")
 	if nc != nil {
 		defer nc.Close()
 	}

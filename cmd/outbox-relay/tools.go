@@ -7,9 +7,10 @@ import (
 	"os"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -23,7 +24,7 @@ import (
 type tools struct {
 	pool   *pgxpool.Pool
 	nc     *nats.Conn
-	stream jetstream.Stream
+	stream *jssink.Stream
 	store  *checkpoint.Store
 	table  contract.Table
 	pgURL  string // what republished messages name as their source
@@ -75,16 +76,11 @@ func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools
 	t := &tools{pool: pool, table: n.table, store: checkpoint.NewStore(pool, n.table.Schema, n.slot), pgURL: pgURL}
 	if t.nc, err = nats.Connect(nf.NATSURL, nf.options().Auth()...); err != nil {
 		t.close()
-		return nil, relay.ExplainNATSConnect(ctx, err, nf.NATSURL)
+		return nil, jssink.ExplainNATSConnect(ctx, err, nf.NATSURL)
 	}
-	js, err := jetstream.New(t.nc)
-	if err != nil {
+	if t.stream, err = jssink.OpenExisting(ctx, t.nc, n.publishing().StreamSpec()); err != nil {
 		t.close()
 		return nil, err
-	}
-	if t.stream, err = js.Stream(ctx, n.stream); err != nil {
-		t.close()
-		return nil, fmt.Errorf("open stream %q: %w", n.stream, err)
 	}
 	return t, nil
 }
@@ -117,7 +113,7 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerol
 	}
 	cfg := n.relayConfig()
 	cfg.PGURL = t.pgURL
-	o, err := relay.NewOneShot(ctx, t.nc, t.stream, cfg, t.store, log)
+	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, log)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -36,8 +36,8 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	defer tools.close()
-	opts := verify.Options{Table: n.table, Subjects: []string{n.subject.Filter(), n.deadLetter}, Since: c.Since, Until: c.Until}
-	rep, err := verify.Run(ctx, tools.pool, tools.stream, opts)
+	opts := verify.Options{Table: n.table, Since: c.Since, Until: c.Until}
+	rep, err := verify.Run(ctx, tools.pool, tools.stream.Reader(nil), opts)
 	if err != nil {
 		return err
 	}
@@ -46,13 +46,13 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if err := tools.republish(ctx, n, rep.Missing, log); err != nil {
 			return err
 		}
-		if rep, err = verify.Run(ctx, tools.pool, tools.stream, opts); err != nil {
+		if rep, err = verify.Run(ctx, tools.pool, tools.stream.Reader(nil), opts); err != nil {
 			return err
 		}
 		if len(rep.Missing) > 0 {
 			c.print(rep, "after republishing")
 			return fmt.Errorf("%w: %d rows are still missing after republishing; JetStream drops a message whose Nats-Msg-Id it saw within the stream's duplicate window, even if that message was deleted since: run again once the window (%s) has passed",
-				errProblems, len(rep.Missing), tools.stream.CachedInfo().Config.Duplicates)
+				errProblems, len(rep.Missing), tools.stream.DuplicateWindow())
 		}
 	}
 	c.print(rep, "")

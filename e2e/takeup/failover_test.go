@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -170,7 +172,7 @@ func TestFailoverAheadOfStandby(t *testing.T) {
 	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	again.Drain(30 * time.Second)
 
-	rep, err := verify.Run(ctx, env.Pool, env.StreamHandle(10*time.Second), verify.Options{Table: env.Table, Subjects: []string{"outbox.>", env.DeadSubj}})
+	rep, err := verify.Run(ctx, env.Pool, jssink.NewReader(env.JS, env.StreamHandle(10*time.Second), "outbox.>", env.DeadSubj, nil), verify.Options{Table: env.Table})
 	if err != nil {
 		t.Fatal(err)
 	}

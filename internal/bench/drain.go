@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -93,7 +95,7 @@ func (b *bench) check(ctx context.Context, sc scenario, stream jetstream.Stream)
 // verify compares the scenario's table with its stream and returns how
 // many rows it checked.
 func (b *bench) verify(ctx context.Context, sc scenario, stream jetstream.Stream) (int, error) {
-	rep, err := verify.Run(ctx, b.pool, stream, verify.Options{Table: sc.table, Subjects: []string{sc.subject.Filter(), sc.deadLetter}})
+	rep, err := verify.Run(ctx, b.pool, jssink.NewReader(b.js, stream, sc.subject.Filter(), sc.deadLetter, nil), verify.Options{Table: sc.table})
 	if err != nil {
 		return 0, err
 	}

@@ -140,7 +140,7 @@ func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
 	}
 	state := stream.CachedInfo().State
 	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
-	if r.LastEvent, err = jssink.LastEvent(sctx, stream, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
+	if r.LastEvent, err = jssink.LastEvent(sctx, stream, sink.Source{}, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
 		r.StreamError = err.Error()
 	}
 }

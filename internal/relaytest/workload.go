@@ -368,7 +368,7 @@ func (e *Env) CheckWith(x Expect) Result {
 	var err error
 	for attempt := 0; ; attempt++ {
 		// JetStream may still be electing leaders after a fault.
-		if res.Report, err = verify.Run(ctx, e.Pool, stream, verify.Options{Table: e.Table, Subjects: subjects}); err == nil || attempt == 10 {
+		if res.Report, err = verify.Run(ctx, e.Pool, jssink.NewReader(e.JS, stream, subjects[0], subjects[1], nil), verify.Options{Table: e.Table}); err == nil || attempt == 10 {
 			break
 		}
 		time.Sleep(time.Second)
@@ -449,7 +449,7 @@ func (e *Env) checkOrder(ctx context.Context, stream jetstream.Stream, subjects 
 	var top decode.Position
 	var topID string
 	lastSeq := map[string]int64{}
-	err := verify.Messages(ctx, stream, subjects, func(m *jetstream.RawStreamMsg) {
+	err := jssink.Messages(ctx, stream, subjects, func(m *jetstream.RawStreamMsg) {
 		ev, ok := jssink.ParseStored(m)
 		if !ok {
 			return // verify reports it as unparsed

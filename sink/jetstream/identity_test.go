@@ -164,10 +164,10 @@ func TestLastEventOfThisRelay(t *testing.T) {
 	e := newTestEnv(t, natsjs.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mine := WithSource(e.stream, sink.NewStamp(sink.Source{System: relayB.System, Timeline: 3, Slot: relayB.Slot}))
+	mine := sink.Source{System: relayB.System, Timeline: 3, Slot: relayB.Slot}
 
 	put(t, e.js, crafted{"a0", at(0x10, 0), relayA, false})
-	if last, err := LastEvent(ctx, mine, "outbox.>", testDeadLetter); err != nil || last != nil {
+	if last, err := LastEvent(ctx, e.stream, mine, "outbox.>", testDeadLetter); err != nil || last != nil {
 		t.Fatalf("a stream holding only another relay's message: last %+v, %v", last, err)
 	}
 	put(t, e.js, crafted{"b1", at(0x20, 0), relayB, false})
@@ -178,15 +178,15 @@ func TestLastEventOfThisRelay(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "A's messages stored", func() bool { return e.lastSeq(t) == 2502 })
-	last, err := LastEvent(ctx, mine, "outbox.>", testDeadLetter)
+	last, err := LastEvent(ctx, e.stream, mine, "outbox.>", testDeadLetter)
 	if err != nil || last == nil || last.ID != "b1" || last.Seq != 2 {
 		t.Fatalf("relay B's last event %+v, %v; want b1 at 2", last, err)
 	}
-	if last, err := LastEvent(ctx, e.stream, "outbox.>"); err != nil || last == nil || last.ID != "a2500" {
+	if last, err := LastEvent(ctx, e.stream, sink.Source{}, "outbox.>"); err != nil || last == nil || last.ID != "a2500" {
 		t.Fatalf("without a source, the last relay message is %+v, %v; want a2500", last, err)
 	}
 	put(t, e.js, crafted{"legacy", at(0x40, 0), sink.Source{}, true})
-	if last, err := LastEvent(ctx, mine, "outbox.>", testDeadLetter); err != nil || last == nil || last.ID != "legacy" {
+	if last, err := LastEvent(ctx, e.stream, mine, "outbox.>", testDeadLetter); err != nil || last == nil || last.ID != "legacy" {
 		t.Fatalf("a message of an older relay does not count: %+v, %v", last, err)
 	}
 }

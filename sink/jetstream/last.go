@@ -15,39 +15,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
-// sourcedStream is a stream as one relay reads it back.
-type sourcedStream struct {
-	natsjs.Stream
-	stamp *sink.Stamp
-}
-
-// WithSource returns stream as read by the relay whose messages carry
-// stamp's source: LastEvent (and verify, unless told otherwise) then count
-// only that relay's messages, and those of relays older than the
-// Outbox-Source-* headers, which may be its own.
-func WithSource(stream natsjs.Stream, stamp *sink.Stamp) natsjs.Stream {
-	return &sourcedStream{Stream: stream, stamp: stamp}
-}
-
-// SourceOf returns the source WithSource attached to stream; ok is false
-// when there is none.
-func SourceOf(stream natsjs.Stream) (src sink.Source, ok bool) {
-	s, ok := stream.(*sourcedStream)
-	if !ok {
-		return sink.Source{}, false
-	}
-	src = s.stamp.Source()
-	return src, !src.IsZero()
-}
-
-// LastEvent returns the newest message the relay published on any of the
-// subjects (filters may use wildcards), or nil when there is none.
-// Messages without the relay's headers are not the relay's and are
-// ignored; on a stream from WithSource, so are messages stamped by another
-// relay (OwnedBy). Finding the relay's newest message behind others reads
-// back through them, in batches.
-func LastEvent(ctx context.Context, stream natsjs.Stream, subjects ...string) (*sink.StoredEvent, error) {
-	src, _ := SourceOf(stream)
+// LastEvent returns the newest message the relay whose source is src
+// published on any of the subjects (filters may use wildcards), or nil
+// when there is none. Messages without the relay's headers are not the
+// relay's and are ignored, and so are messages stamped by another relay
+// (sink.OwnedBy; with a zero src, every relay's messages count). Finding
+// the relay's newest message behind others reads back through them, in
+// batches.
+func LastEvent(ctx context.Context, stream natsjs.Stream, src sink.Source, subjects ...string) (*sink.StoredEvent, error) {
 	var last *sink.StoredEvent
 	for _, subj := range subjects {
 		msg, err := stream.GetLastMsgForSubject(ctx, subj)
@@ -107,38 +82,49 @@ func lastBefore(ctx context.Context, stream natsjs.Stream, subject string, end u
 
 // ParseStored reads the relay's headers of a stored message; ok is false
 // when the message does not carry them, or carries a source that cannot
-// be read.
-func ParseStored(msg *natsjs.RawStreamMsg) (sink.StoredEvent, bool) {
-	lsnText := msg.Header.Get(contract.HeaderCommitLSN)
-	idx := msg.Header.Get(contract.HeaderTxnIndex)
-	if lsnText == "" || idx == "" {
-		return sink.StoredEvent{}, false
+// be read: then only the event's Seq, Time, Subject, ID and CreatedAt are
+// set.
+func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
+	ev = sink.StoredEvent{
+		Seq:           msg.Sequence,
+		Time:          msg.Time,
+		Subject:       msg.Subject,
+		ID:            msg.Header.Get(contract.HeaderMsgID),
+		AggregateType: msg.Header.Get(contract.HeaderAggregateType),
+		AggregateID:   msg.Header.Get(contract.HeaderAggregateID),
+		CreatedAt:     msg.Header.Get(contract.HeaderCreatedAt),
 	}
-	lsn, err := pglogrepl.ParseLSN(lsnText)
-	if err != nil {
-		return sink.StoredEvent{}, false
-	}
-	i, err := strconv.ParseUint(idx, 10, 32)
-	if err != nil {
-		return sink.StoredEvent{}, false
-	}
-	src, ok := parseSource(msg)
+	pos, ok := parsePosition(msg)
 	if !ok {
-		return sink.StoredEvent{}, false
+		return ev, false
 	}
-	ev := sink.StoredEvent{
-		Seq:      msg.Sequence,
-		Time:     msg.Time,
-		Subject:  msg.Subject,
-		ID:       msg.Header.Get(contract.HeaderMsgID),
-		Position: decode.Position{CommitLSN: lsn, Index: uint32(i)},
-		Source:   src,
+	if ev.Source, ok = parseSource(msg); !ok {
+		return ev, false
 	}
+	ev.Position = pos
 	if rest, ok := strings.CutPrefix(ev.ID, contract.DeadLetterMsgIDPrefix); ok {
 		ev.ID, ev.DeadLetter = rest, true
 		ev.Reason = msg.Header.Get(contract.HeaderDeadLetterReason)
 	}
 	return ev, true
+}
+
+// parsePosition reads Outbox-Commit-Lsn and Outbox-Txn-Index.
+func parsePosition(msg *natsjs.RawStreamMsg) (decode.Position, bool) {
+	lsnText := msg.Header.Get(contract.HeaderCommitLSN)
+	idx := msg.Header.Get(contract.HeaderTxnIndex)
+	if lsnText == "" || idx == "" {
+		return decode.Position{}, false
+	}
+	lsn, err := pglogrepl.ParseLSN(lsnText)
+	if err != nil {
+		return decode.Position{}, false
+	}
+	i, err := strconv.ParseUint(idx, 10, 32)
+	if err != nil {
+		return decode.Position{}, false
+	}
+	return decode.Position{CommitLSN: lsn, Index: uint32(i)}, true
 }
 
 // parseSource reads the Outbox-Source-* headers: a zero Source when there

@@ -1,4 +1,4 @@
-package relay
+package core
 
 import (
 	"testing"
@@ -19,8 +19,8 @@ func TestDeadLetterKey(t *testing.T) {
 		{"", at.String()},
 	} {
 		ev := decode.Event{ID: tc.id, Position: at}
-		if got := deadLetterKey(&ev); got != tc.want {
-			t.Errorf("deadLetterKey(%q) = %q, want %q", tc.id, got, tc.want)
+		if got := DeadLetterKey(&ev); got != tc.want {
+			t.Errorf("DeadLetterKey(%q) = %q, want %q", tc.id, got, tc.want)
 		}
 	}
 }

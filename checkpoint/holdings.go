@@ -1,0 +1,93 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// Holdings is what the destination already holds of the events a slot
+// will replay: the one answer to "is this event stored already?". It is
+// read from the destination (ReadHoldings) when a replication session
+// starts, once the session holds the slot, so that it cannot grow under
+// it; the relay asks it about each replayed event (Holds) and records the
+// dead letters it found (RecordDeadLetters).
+//
+// An event is held when the destination holds a message of this relay's
+// very slot at the event's position with the event's id (sink.StoredID).
+// The same position with another id is another event (a timeline change,
+// another writer): it is not held, and is published.
+type Holdings struct {
+	stored      Stored
+	deadLetters []sink.StoredEvent
+	from        pglogrepl.LSN
+}
+
+// ReadHoldings reads what r holds, of the events of r's relay (its owner's
+// very slot), with commit positions at or after from: the slot's confirmed
+// position, where its replay starts.
+func ReadHoldings(ctx context.Context, r sink.Reader, from pglogrepl.LSN) (*Holdings, error) {
+	h := &Holdings{from: from}
+	err := r.Tail(ctx, from, func(ev sink.StoredEvent) {
+		h.stored.Add(ev.Position, ev.ID)
+		if ev.DeadLetter {
+			h.deadLetters = append(h.deadLetters, ev)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read what the stream holds beyond the slot's position %s: %w", from, err)
+	}
+	return h, nil
+}
+
+// Holds reports whether the destination holds ev, and when it holds
+// another event at ev's position, that event's id (other).
+func (h *Holdings) Holds(ev *decode.Event) (held bool, other string) {
+	if h == nil || !h.stored.Contains(ev.Position) {
+		return false, ""
+	}
+	if h.stored.Holds(ev.Position, sink.StoredID(ev)) {
+		return true, ""
+	}
+	other, _ = h.stored.ID(ev.Position)
+	return false, other
+}
+
+// Len returns how many events it holds.
+func (h *Holdings) Len() int {
+	if h == nil {
+		return 0
+	}
+	return h.stored.Len()
+}
+
+// From returns the position it was read from.
+func (h *Holdings) From() pglogrepl.LSN {
+	if h == nil {
+		return 0
+	}
+	return h.from
+}
+
+// RecordDeadLetters records in the relay's store the dead letters the
+// destination holds beyond the slot's position. Their events are skipped
+// on replay, so one whose acknowledgement arrived just before the relay
+// died, before its record was written, would otherwise never be listed.
+// Recording one that is listed already changes nothing (same commit: see
+// Store.RecordDeadLetter).
+func (h *Holdings) RecordDeadLetters(ctx context.Context, store *Store) error {
+	for _, ev := range h.deadLetters {
+		key := ev.ID
+		if key == "" {
+			key = ev.Position.String()
+		}
+		if err := store.RecordDeadLetter(ctx, key, ev.Reason, ev.Position.CommitLSN); err != nil {
+			return err
+		}
+	}
+	return nil
+}

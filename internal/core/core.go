@@ -1,0 +1,69 @@
+// Package core is what the two relays, the WAL relay (package relay) and
+// the polling relay (package poll), share: the dependencies they are
+// given, their publishing settings, the Postgres pool and the stream they
+// open, the callback that records dead letters, and the group that owns
+// their background goroutines.
+//
+//	relay (WAL) ─┐
+//	             ├─▶ core ─▶ sink/jetstream (the stream, its publisher and reader)
+//	poll (table) ┘       └─▶ checkpoint (the relay's record, dead letters)
+package core
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+)
+
+// Deps are what a relay is given rather than builds: a NATS connection
+// (the caller owns it and closes it after Run), the registry its metrics
+// go to, and its logger.
+type Deps struct {
+	NATS     *nats.Conn
+	Registry prometheus.Registerer
+	Log      zerolog.Logger
+}
+
+// Check fills in a missing registry and refuses missing dependencies;
+// what names the relay ("relay", "poll") for the error.
+func (d *Deps) Check(what string) error {
+	if d.NATS == nil {
+		return errors.New(what + ": no NATS connection")
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// OpenStream provisions the stream p names, waiting while NATS or
+// JetStream is unavailable (see jetstream.Open).
+func OpenStream(ctx context.Context, d Deps, p Publishing) (*jetstream.Stream, error) {
+	return jetstream.Open(ctx, d.NATS, p.StreamSpec(), d.Log)
+}
+
+// DeadLetterKey names a dead-lettered event in Postgres: its id as the row
+// holds it, also when a Nats-Msg-Id cannot carry it (whitespace), so that
+// the dead-letter view and `dlq retry` find its row; its position only
+// when it has no id at all.
+func DeadLetterKey(ev *decode.Event) string {
+	if ev.ID == "" {
+		return ev.Position.String()
+	}
+	return ev.ID
+}
+
+// RecordDeadLetter returns the destination's callback that records a dead
+// letter in Postgres (see jetstream.Config.RecordDeadLetter).
+func RecordDeadLetter(store *checkpoint.Store) func(context.Context, *decode.Event, string) error {
+	return func(ctx context.Context, ev *decode.Event, reason string) error {
+		return store.RecordDeadLetter(ctx, DeadLetterKey(ev), reason, ev.Position.CommitLSN)
+	}
+}

@@ -1,0 +1,58 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// OpenPool connects to Postgres, waiting while it is unreachable; bad
+// credentials or a missing database fail at once.
+func OpenPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pgxpool.Pool, error) {
+	where := replication.Describe(&cfg.ConnConfig.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", where, err)
+	}
+	bo := retry.NewBackoff(200*time.Millisecond, 5*time.Second)
+	logs := retry.NewLogLimiter()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = pool.Ping(pctx)
+		cancel()
+		if err == nil {
+			return pool, nil
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000" || pe.Code == "3D000") {
+			pool.Close()
+			return nil, fmt.Errorf("connect to %s: %w", where, err)
+		}
+		if logs.Allow() {
+			log.Warn().Err(err).Str("postgres", where).Msg("Postgres is not reachable yet; retrying")
+		}
+		if err := sleep(ctx, bo.Next()); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

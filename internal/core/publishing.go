@@ -1,0 +1,60 @@
+package core
+
+import (
+	"errors"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/sink"
+	"github.com/outbox-relay/outbox-relay/sink/jetstream"
+)
+
+// Publishing is how a relay publishes, whichever source its events come
+// from: the stream and its subjects, and the publisher's limits. Zero
+// durations and sizes take the defaults of package jetstream.
+type Publishing struct {
+	Stream            string
+	Subject           sink.Template
+	DeadLetterSubject string
+	// DuplicateWindow is the dedup window of a stream the relay creates.
+	DuplicateWindow time.Duration
+
+	Window       int           // most events awaiting a PubAck
+	WindowBytes  int           // most payload bytes awaiting PubAcks
+	AckTimeout   time.Duration // before an event is republished
+	DrainTimeout time.Duration // how long shutdown waits for PubAcks
+}
+
+// Validate names the first field that cannot work.
+func (p Publishing) Validate() error {
+	switch {
+	case p.Stream == "":
+		return errors.New("no stream")
+	case p.Subject.String() == "":
+		return errors.New("no subject template")
+	case p.DeadLetterSubject == "":
+		return errors.New("no dead-letter subject")
+	}
+	return nil
+}
+
+// StreamSpec is the stream the relay creates, or checks when it exists.
+func (p Publishing) StreamSpec() jetstream.StreamSpec {
+	return jetstream.StreamSpec{
+		Name:              p.Stream,
+		Template:          p.Subject,
+		DeadLetterSubject: p.DeadLetterSubject,
+		DuplicateWindow:   p.DuplicateWindow,
+	}
+}
+
+// PublisherConfig is the publisher's configuration, before what the relay
+// adds of its own (its source, its dead-letter records).
+func (p Publishing) PublisherConfig() jetstream.Config {
+	return jetstream.Config{
+		Subject:           p.Subject,
+		DeadLetterSubject: p.DeadLetterSubject,
+		Window:            p.Window,
+		WindowBytes:       p.WindowBytes,
+		AckTimeout:        p.AckTimeout,
+	}
+}
