@@ -113,6 +113,7 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
 		}
 		if p.probe(ctx, status, tick) {
+			p.reconcileAfterProbe(ctx)
 			p.resume(attempt, time.Since(started))
 			return
 		}
@@ -126,6 +127,20 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 		if !p.sleep(ctx, backoff.Next()) {
 			return
 		}
+	}
+}
+
+// reconcileAfterProbe reads the stream once more once the probe is
+// stored. A message whose PubAck timed out may still have been in the
+// server's queue when reconcile read the stream, and stored after it:
+// republished after the dedup window, it would be stored twice. The
+// stream takes messages in the order they arrive (a clustered stream's
+// leader proposes them in that order and applies them in log order), so
+// once the probe, sent after every earlier message, is stored, every
+// earlier one is stored or refused: this read sees them all.
+func (p *Publisher) reconcileAfterProbe(ctx context.Context) {
+	if err := p.reconcile(ctx); err != nil {
+		p.log.Warn().Err(err).Msg("cannot read the stream again after the first event went through; republishing the rest relies on its dedup window")
 	}
 }
 
