@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // A consumer process killed with SIGKILL between a handler's commit and

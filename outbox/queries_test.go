@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // namedQuery is one "-- name: X :kind" query of a sqlc file.

@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // server is the Postgres the tests create their databases in: a private

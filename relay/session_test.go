@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestOneWALSender: the relay needs one replication connection at a time.

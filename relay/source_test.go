@@ -20,7 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/core"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/verify"

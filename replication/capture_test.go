@@ -16,7 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 var update = flag.Bool("update", false, "rewrite decode/testdata/captured from a real server")

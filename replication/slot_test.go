@@ -14,8 +14,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 )

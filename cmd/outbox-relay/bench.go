@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/internal/lab/bench"
 )
 
 type benchCmd struct {

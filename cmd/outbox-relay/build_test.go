@@ -21,9 +21,9 @@ func TestProductionBuildLinksNoLab(t *testing.T) {
 		"github.com/nats-io/nats-server/",
 		"github.com/go-echarts/",
 		"github.com/outbox-relay/outbox-relay/examples/",
-		"github.com/outbox-relay/outbox-relay/internal/bench",
-		"github.com/outbox-relay/outbox-relay/internal/devenv",
-		"github.com/outbox-relay/outbox-relay/internal/natsproc",
+		"github.com/outbox-relay/outbox-relay/internal/lab/bench",
+		"github.com/outbox-relay/outbox-relay/internal/lab/devenv",
+		"github.com/outbox-relay/outbox-relay/internal/lab/natsproc",
 	}
 	deps := func(tags ...string) []string {
 		t.Helper()

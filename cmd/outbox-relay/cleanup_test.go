@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestCleanupKeepsDeadLetters: with the relay running, `cleanup` deletes

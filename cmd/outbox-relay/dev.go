@@ -16,7 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/examples/orders/demo"
 	"github.com/outbox-relay/outbox-relay/examples/orders/orders"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest/doctortest"
 )
 
 // pollChecks are the findings doctor --source poll adds.

@@ -10,10 +10,10 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest/doctortest"
 )
 
 // TestDoctorGoodSetup: a migrated database and a NATS server pass (exit 0),

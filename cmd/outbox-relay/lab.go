@@ -2,7 +2,7 @@
 
 package main
 
-import "github.com/outbox-relay/outbox-relay/internal/natsproc"
+import "github.com/outbox-relay/outbox-relay/internal/lab/natsproc"
 
 // The default build is the lab's: beside the relay's commands it has dev
 // and bench, which link the example order service, the throwaway servers

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // The relay under test is this test binary, re-executed: TestMain runs

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // readyz returns the relay's /readyz status code and body.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // runCLIEnv runs one outbox-relay command to completion with extra

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestPollStatus: status --source poll reports the pending rows, the

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestStatusExitCodes: 0 when all is well, 1 for a missing slot, a lag past

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestHostileValues: values from rows never change a subject's shape:

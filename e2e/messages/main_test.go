@@ -3,7 +3,7 @@ package messages
 import (
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // suite is the relay binary built for these tests, their Postgres, and

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestPoisonEvents: rows that can never be published as they are (a payload

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // The nemesis flags: go test -run TestNemesis ./e2e/nemesis -args

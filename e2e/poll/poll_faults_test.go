@@ -3,7 +3,7 @@ package poll
 import (
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // Log lines of the polling relay's recovery from a Postgres fault: a batch

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestNoDuplicatesAfterLongDowntime: the relay is killed right after

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 	"github.com/outbox-relay/outbox-relay/verify"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // logBootstrapped is the relay's line after it created its slot and

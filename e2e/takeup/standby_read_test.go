@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest/doctortest"
 )
 
 // Reading from a standby (docs/standby.md): Postgres 16+, run with

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest/doctortest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest/doctortest"
 )
 
 // standbyReadRefusals (TestStandbyRelayRefused, Postgres 16+): what run

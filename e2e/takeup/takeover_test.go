@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // TestStandbyTakesOver: a second relay on the same slot waits as a standby

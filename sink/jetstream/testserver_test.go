@@ -22,7 +22,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 )
 
 const (

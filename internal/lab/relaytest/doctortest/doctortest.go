@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
 // Run runs bin's doctor --json against env and parses its report; it also

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 )
 
 // Binary is how tests start the relay: a program and the environment that

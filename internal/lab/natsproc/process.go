@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 )
 
 // Options configures Start.

@@ -17,7 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 )
 
 // envVar carries the server's options to the child.

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
-	"github.com/outbox-relay/outbox-relay/internal/natsproc"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/natsproc"
 )
 
 // ServeNATSIfAsked turns a re-executed test binary into a nats-server

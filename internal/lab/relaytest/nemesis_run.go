@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
-	"github.com/outbox-relay/outbox-relay/internal/natsproc"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/natsproc"
 )
 
 // NemesisConfig is what a nemesis run needs.

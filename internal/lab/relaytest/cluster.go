@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/internal/devenv"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 )
 
 // NATSCluster is a JetStream cluster of nats-server processes on loopback,
