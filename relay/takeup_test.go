@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,16 +23,16 @@ func insertRows(env *relaytest.Env, n int, createdAt string) {
 }
 
 type takeUpResult struct {
-	action checkpoint.Action
-	err    error
+	takeUpStats
+	err error
 }
 
 // goTakeUp takes up the slot on a goroutine of its own.
 func goTakeUp(ctx context.Context, env *relaytest.Env, cfg Config) <-chan takeUpResult {
 	done := make(chan takeUpResult, 1)
 	go func() {
-		action, err := takeUpOnce(ctx, env, cfg)
-		done <- takeUpResult{action, err}
+		got, err := takeUpWatched(ctx, env, cfg)
+		done <- takeUpResult{got, err}
 	}()
 	return done
 }
@@ -39,13 +40,15 @@ func goTakeUp(ctx context.Context, env *relaytest.Env, cfg Config) <-chan takeUp
 // Two instances starting together: while the first publishes the rows
 // present at its slot's creation (its slot inactive, its record
 // unfinished), the second must neither start over nor touch that slot. It
-// waits for the take-up to finish, then resumes the first one's slot.
+// waits for the take-up to finish, then resumes the first one's slot,
+// publishing nothing: the first stored every row once, the second sent
+// none again (a copy would come back as a duplicate PubAck within the
+// stream's duplicate window, and be stored twice after it).
 func TestTwoInstancesTakeUpInTurn(t *testing.T) {
 	env := relaytest.NewEnv(t, server)
 	const rows = 30000
 	insertRows(env, rows, "now()")
-	cfg := testConfig(t, env)
-	cfg.DuplicateWindow = time.Minute
+	cfg := testConfig(t, env) // a 1 s duplicate window
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -61,9 +64,14 @@ func TestTwoInstancesTakeUpInTurn(t *testing.T) {
 	if a.err != nil || a.action != checkpoint.Bootstrap {
 		t.Fatalf("first instance: %s, %v; want bootstrap", a.action, a.err)
 	}
+	requirePublishedOnly(t, a.takeUpStats, rows)
 	b := <-second
 	if b.err != nil || b.action != checkpoint.Resume {
 		t.Fatalf("second instance: %s, %v; want resume, after the first finished", b.action, b.err)
+	}
+	if b.fromTable != -1 || b.pubAcks != 0 || b.duplicates != 0 {
+		t.Fatalf("the second instance, resuming, published %d rows from the table (-1: it created no slot), %d stored and %d acknowledged as duplicates; want none",
+			b.fromTable, b.pubAcks, b.duplicates)
 	}
 	rec := loadRecord(t, env)
 	if !rec.Bootstrapped || rec.CreatedLSN != created || env.SlotInfo().ConfirmedFlush != created {
@@ -75,12 +83,13 @@ func TestTwoInstancesTakeUpInTurn(t *testing.T) {
 }
 
 // A repair interrupted at any point is redone as a repair, with its bound,
-// by the next plain start: rows the stream lacks are published once, rows
-// created before the bound are left alone, nothing is published twice.
+// by the next plain start after the stream's duplicate window: rows the
+// stream lacks are published once, rows created before the bound are left
+// alone, nothing is published twice.
 func TestInterruptedRepairIsRedoneAsRepair(t *testing.T) {
 	env := relaytest.NewEnv(t, server)
 	insertRows(env, 50, "'2000-01-01'")
-	cfg := testConfig(t, env)
+	cfg := testConfig(t, env) // a 1 s duplicate window
 	mustTakeUp(t, env, cfg, checkpoint.Bootstrap)
 	// The broker loses one old event; a repair bounded to recent rows must
 	// not bring it back.
@@ -93,23 +102,32 @@ func TestInterruptedRepairIsRedoneAsRepair(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := goTakeUp(ctx, env, repair)
-	waitFor(t, time.Minute, "the repair to record its new slot", func() bool {
+	waitFor(t, time.Minute, "the repair to publish rows", func() bool {
 		r := loadRecord(t, env)
-		return r.Kind == checkpoint.KindRepair && r.CreatedLSN != 0
+		return r.Kind == checkpoint.KindRepair && r.CreatedLSN != 0 && env.CountStored() >= 49+100
 	})
 	env.NATS.Stop()
+	stopped := time.Now()
 	time.AfterFunc(2*time.Second, cancel)
 	if r := <-done; r.err == nil {
 		t.Fatal("the repair finished although NATS stopped during it")
 	}
-	if got := env.CountStored(); got >= rows {
-		t.Fatalf("the stream holds %d messages: NATS stopped too late to interrupt the repair", got)
-	}
+	holdPast(stopped, cfg.DuplicateWindow)
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
+	missing := requireMissingOnce(t, env, cfg, rows+50)
+	if !slices.Contains(missing, lostOld) || len(missing) == 1 {
+		t.Fatalf("the stream lacks %d rows after the interrupted repair; want %s among them (deleted before it, older than its bound) and rows the repair did not reach", len(missing), lostOld)
+	}
 
-	mustTakeUp(t, env, cfg, checkpoint.RedoRepair) // a plain start
+	redoCtx, cancelRedo := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelRedo()
+	got, err := takeUpWatched(redoCtx, env, cfg) // a plain start
+	if err != nil || got.action != checkpoint.RedoRepair {
+		t.Fatalf("the next start: %s, %v; want %s", got.action, err, checkpoint.RedoRepair)
+	}
+	requirePublishedOnly(t, got, len(missing)-1) // all but lostOld
 	rep := compare(t, env, cfg)
 	if len(rep.Missing) != 1 || rep.Missing[0] != lostOld || len(rep.Duplicates) != 0 {
 		t.Fatalf("after the redone repair: missing %v (want only %s, older than the bound), duplicates %v", rep.Missing, lostOld, rep.Duplicates)

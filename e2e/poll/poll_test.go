@@ -2,11 +2,14 @@ package poll
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -14,8 +17,9 @@ import (
 )
 
 // settlePolled ends a polling fault case with the load stopped: every row
-// processed and in the stream, SIGTERM drains the relay (exit 0), and the
-// check holds (up to maxDup events stored twice tolerated).
+// processed and in the stream, JetStream acknowledged no publish of the
+// relay as a duplicate, SIGTERM drains the relay (exit 0), and the check
+// holds (up to maxDup events stored twice tolerated).
 func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *relaytest.Workload, minTx, maxDup int) relaytest.Result {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -26,39 +30,58 @@ func settlePolled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *r
 		time.Sleep(50 * time.Millisecond)
 	}
 	env.WaitRows(time.Minute)
-	dups, err := relay.Metric(relaytest.DuplicateAcksMetric)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireNoDuplicateAcks(t, relay)
 	relay.Drain(30 * time.Second)
 	res := env.CheckWith(relaytest.Expect{Workload: w, Polled: true, MinTx: minTx, StoredDuplicates: maxDup})
-	t.Logf("check: %s; the last relay's duplicate PubAcks: %v", res, dups)
+	t.Logf("check: %s", res)
 	return res
 }
 
+// requireNoDuplicateAcks fails the test unless JetStream acknowledged no
+// publish of the relay as a duplicate so far: within the duplicate window
+// a copy of an event the stream holds is dropped and only its PubAck says
+// it was sent again.
+func requireNoDuplicateAcks(t *testing.T, relay *relaytest.Relay) {
+	t.Helper()
+	if n, err := relay.Metric(relaytest.DuplicateAcksMetric); err != nil || n != 0 {
+		t.Errorf("%s = %v (%v): the polling relay published again events the stream held", relaytest.DuplicateAcksMetric, n, err)
+	}
+}
+
 // TestPollFaultRelayKilledRepeatedly: the polling relay is SIGKILLed ten
-// times with publishes in flight under concurrent writes, then NATS stops
-// and starts again with publishes in flight. Nothing is lost or stored out
-// of aggregate order, and nothing is stored twice although the stream's
-// duplicate window is 1 s: rows a killed batch claimed are looked up in
-// the stream before they are published again.
+// times with a batch cut off (its claim left behind, publishes in flight)
+// under concurrent writes, then NATS stops and starts again with
+// publishes in flight. After every kill the next relay looks up the cut
+// off batch's rows in the stream (the claim check: its log line) and
+// settles them with no duplicate PubAck, though it starts within the
+// stream's 1 s duplicate window; nothing is lost, stored out of aggregate
+// order or stored twice.
 func TestPollFaultRelayKilledRepeatedly(t *testing.T) {
 	env := suite.PollEnv(t, suite.NewEnv(t))
 	w, stop := relaytest.Load(t, env)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	const kills = 10
-	var relays []*relaytest.Relay
-	for i := 0; i < kills; i++ {
+	var left []int64 // the claims the last kill left
+	for hits, tries := 0, 1; hits < kills; tries++ {
+		if tries > 2*kills {
+			t.Fatalf("only %d of %d kills cut a batch off", hits, tries-1)
+		}
 		relay := suite.StartRelay(t, env, relaytest.PollArgs...)
-		relays = append(relays, relay)
 		relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+		requireClaimsSettled(t, env, relay, left)
 		w.WaitTx(t, 5, relaytest.FaultWait)
 		relaytest.InFlight(t, env, relay, 300+rng.Intn(1200))
 		relay.Kill()
+		if left = pollClaims(t, env); len(left) == 0 {
+			// Between two batches: no publish in flight after all.
+			t.Logf("kill %d landed between two batches: not counted", tries)
+			continue
+		}
+		hits++
 	}
 	relay := suite.StartRelay(t, env, relaytest.PollArgs...)
-	relays = append(relays, relay)
 	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
+	requireClaimsSettled(t, env, relay, left)
 	w.WaitTx(t, 10, relaytest.FaultWait)
 	relaytest.InFlight(t, env, relay, 2000)
 	env.NATS.Stop()
@@ -70,20 +93,67 @@ func TestPollFaultRelayKilledRepeatedly(t *testing.T) {
 	w.WaitTx(t, 10, relaytest.FaultWait)
 	stop()
 	settlePolled(t, env, relay, w, 60, 0)
-	recovered := 0
-	for _, r := range relays[1:] {
-		if r.CountLog(logClaimed) > 0 {
-			recovered++
-		}
-	}
-	t.Logf("after %d of %d kills the next relay found rows a killed batch had claimed", recovered, kills)
-	if recovered == 0 {
-		t.Errorf("no relay found rows a killed batch had claimed: the path this case is about did not run")
-	}
 }
 
 // logClaimed: a batch found rows claimed by one that did not commit.
 const logClaimed = "rows claimed by a batch that did not commit"
+
+// pollClaims returns the claims in the claims table (poll.ClaimsTable):
+// right after a kill, those of the batch it cut off.
+func pollClaims(t *testing.T, env *relaytest.Env) []int64 {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), `SELECT claim_id FROM outbox_relay_poll_claims ORDER BY claim_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// requireClaimsSettled waits until relay has settled the rows of the
+// claims a killed relay left (a batch releases a claim's rows as it
+// commits them), and requires that it ran the claim check for them and
+// published none again: no duplicate PubAck.
+func requireClaimsSettled(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, claims []int64) {
+	t.Helper()
+	if len(claims) == 0 {
+		return
+	}
+	deadline := time.Now().Add(relaytest.FaultWait)
+	for remaining := claims; len(remaining) > 0; remaining = intersect(claims, pollClaims(t, env)) {
+		if time.Now().After(deadline) || relay.Exited() {
+			t.Fatalf("claims %v a killed relay left still held %s later: the next relay did not settle their rows (it ran the claim check %d times); its log's end:\n%s",
+				remaining, relaytest.FaultWait, relay.CountLog(logClaimed), lastLines(relay.Logs(), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	checks := relay.CountLog(logClaimed)
+	if checks == 0 {
+		t.Errorf("the relay settled the rows of the claims %v a killed relay left without looking for them in the stream: the claim check did not run", claims)
+	}
+	t.Logf("the next relay settled the claims %v the kill left, after %d claim checks", claims, checks)
+	requireNoDuplicateAcks(t, relay)
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// intersect returns the elements of a that are in b.
+func intersect(a, b []int64) []int64 {
+	var out []int64
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
 
 // TestPollRefusesWhileSlotExists: a polling relay does not start on a
 // table a WAL relay reads (it would publish everything again).
@@ -165,7 +235,9 @@ func TestPollDeadLetterListVerifyRetry(t *testing.T) {
 // TestPollFaultPostgresCrash: Postgres is killed (immediate shutdown) under
 // load with publishes in flight and restarted; the polling relay's batch
 // fails, and the next one, after Postgres is back, finds the claim and
-// does not publish again what the stream holds.
+// does not publish again what the stream holds. A crash that lands
+// between two batches (none cut off: no claim) is not counted and done
+// again.
 func TestPollFaultPostgresCrash(t *testing.T) {
 	cluster, err := relaytest.StartCluster(nil)
 	if err != nil {
@@ -177,21 +249,100 @@ func TestPollFaultPostgresCrash(t *testing.T) {
 	relay.WaitLog(relaytest.LogPolling, relaytest.FaultWait)
 	w, stop := relaytest.Load(t, env)
 	w.WaitTx(t, 30, relaytest.FaultWait)
-	relaytest.InFlight(t, env, relay, 2000)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.Stop(ctx, "immediate"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second) // the outage
-	if err := cluster.Start(ctx); err != nil {
-		t.Fatal(err)
+	for crash := 1; ; crash++ {
+		failed := len(pollFailures(relay))
+		relaytest.InFlight(t, env, relay, 2000)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := cluster.Stop(ctx, "immediate"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // the outage
+		if err := cluster.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		relaytest.WaitLogCount(t, relay, logPollRecovered, crash, relaytest.FaultWait)
+		failures := pollFailures(relay)
+		if len(failures) <= failed {
+			t.Fatalf("polling works again after crash %d, but no failure was logged; log:\n%s", crash, relay.Logs())
+		}
+		first := failures[failed] // the batch the crash hit
+		if cutOff(first) {
+			t.Logf("crash %d cut a batch off: %s", crash, first)
+			break
+		}
+		if crash == 3 {
+			t.Fatalf("3 crashes, none landed in a batch that had claimed and published its rows; the last failed with: %s", first)
+		}
+		t.Logf("crash %d landed between two batches (%s): not counted", crash, first)
 	}
 	w.WaitTx(t, 20, relaytest.FaultWait)
 	stop()
-	relaytest.RequireLog(t, relay, "poll failed", 1)
 	settlePolled(t, env, relay, w, 50, 0)
-	t.Logf("the relay found rows a failed batch had claimed %d times", relay.CountLog(logClaimed))
+	requireClaimFound(t, relay)
+	if left := pollClaims(t, env); len(left) > 0 {
+		t.Errorf("claims %v left after every row was processed", left)
+	}
+}
+
+// pollFailures returns the errors of the relay's "poll failed" lines, in
+// order: the first after a fault is the batch it hit (later ones are rate
+// limited until polling works again).
+func pollFailures(relay *relaytest.Relay) []string {
+	var out []string
+	for _, line := range strings.Split(relay.Logs(), "\n") {
+		var entry struct{ Message, Error string }
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, logPollFailed) {
+			out = append(out, entry.Error)
+		}
+	}
+	return out
+}
+
+// cutOff reports whether a batch failed as it settled (poll/batch.go:
+// settle), after it had claimed and published its rows: it leaves its
+// claim behind. A batch that fails earlier has no claim.
+func cutOff(failure string) bool {
+	for _, step := range []string{"mark ", "count a failed attempt", "release the claims", "commit a polling batch"} {
+		if strings.HasPrefix(failure, step) {
+			return true
+		}
+	}
+	return false
+}
+
+// requireClaimFound: the crash cut off exactly one batch (one runs at a
+// time), whose claim was committed before its first publish and survived
+// the crash, and whose rows were all published: NATS, untouched by the
+// crash, stored them. After the restart the claim check must have run,
+// each time finding that one claim, and found rows of it in the stream.
+// It runs once when the first batch takes all the claim's rows (the same
+// query over the same oldest pending rows, as a rule), more often when
+// the claim's rows are split over batches (an aggregate's share of a batch
+// changed).
+func requireClaimFound(t *testing.T, relay *relaytest.Relay) {
+	t.Helper()
+	var checks []map[string]any
+	stored := 0.0
+	for _, line := range strings.Split(relay.Logs(), "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil {
+			continue
+		}
+		if msg, _ := entry["message"].(string); !strings.HasPrefix(msg, logClaimed) {
+			continue
+		}
+		checks = append(checks, entry)
+		n, _ := entry["stored_already"].(float64)
+		stored += n
+		if claims, _ := entry["claims"].(float64); claims != 1 {
+			t.Errorf("a claim check after the crash found %v claims, want the one of the batch cut off: %v", entry["claims"], entry)
+		}
+	}
+	if len(checks) == 0 || stored < 1 {
+		t.Errorf("%d claim checks after the crash, finding %v rows in the stream; want at least one, finding the rows the cut off batch published", len(checks), stored)
+	}
+	t.Logf("the claim checks after the crash: %v", checks)
 }
 
 // TestPollFaultNATSKilled: the NATS process (sync always) is SIGKILLed

@@ -43,12 +43,15 @@ func TestRecoveryProbeAckLost(t *testing.T) {
 }
 
 // TestRecoveryConnectionDropsDuringProbe: the connection drops while the
-// probe of recovery waits for its PubAck (stored, the PubAck lost). The
-// probe fails at once, and recovery reads the stream again after the
-// reconnect, finds the event there and does not send it again; it does
-// not wait for the ack timeout (long here, and so are its ticks).
+// probe of recovery waits for its PubAck (stored, the PubAck lost), longer
+// than the stream's duplicate window after the probe was stored. The probe
+// fails at once, and recovery reads the stream again after the reconnect,
+// finds the event there and does not send it again (a copy would be
+// stored twice); it does not wait for the ack timeout (long here, and so
+// are its ticks).
 func TestRecoveryConnectionDropsDuringProbe(t *testing.T) {
-	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
+	const dupWindow = 100 * time.Millisecond // JetStream's smallest
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow})
 	const ackTimeout = 5 * time.Minute // ticks every 30s
 	p := e.publisher(t, Config{Window: 8, AckTimeout: ackTimeout, Stream: e.stream})
 	gate := gateReplies(t, p, gatePass)
@@ -70,6 +73,10 @@ func TestRecoveryConnectionDropsDuringProbe(t *testing.T) {
 	if got := e.lastSeq(t); got != 4 {
 		t.Fatalf("stream's last sequence %d after the probe, want 4", got)
 	}
+	// Not synchronisation: the PubAck's loss outlasts the duplicate
+	// window, so only recovery's read of the stream can keep event 4 from
+	// being stored twice.
+	time.Sleep(2 * dupWindow)
 	gate.set(gatePass)
 	dropped := time.Now()
 	e.dialer.drop()

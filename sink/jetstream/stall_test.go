@@ -55,10 +55,12 @@ func (s *droppingStream) endings() []error {
 }
 
 // TestRecoveryRequestDropped: recovery reads the stream (reconcile) while
-// JetStream drops API requests. A dropped request must not hold recovery
-// for the 30s of one long deadline: it is given up as soon as the
-// connection drops (the server restarts gracefully), or after a short
-// per-request timeout when the connection stays up, and tried again.
+// JetStream drops API requests, for longer than the stream's duplicate
+// window. A dropped request must not hold recovery for the 30s of one long
+// deadline: it is given up as soon as the connection drops (the server
+// restarts gracefully), or after a short per-request timeout when the
+// connection stays up, and tried again; the events it finds stored are
+// not sent again (a copy would be stored twice).
 func TestRecoveryRequestDropped(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -71,7 +73,8 @@ func TestRecoveryRequestDropped(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute})
+			const dupWindow = 100 * time.Millisecond // JetStream's smallest
+			e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow})
 			stream := &droppingStream{Stream: e.stream}
 			p := e.publisher(t, Config{Window: 64, AckTimeout: c.ackTimeout, Stream: stream})
 			gate := gateReplies(t, p, gatePass)
@@ -91,6 +94,10 @@ func TestRecoveryRequestDropped(t *testing.T) {
 			gate.set(gatePass)
 			p.expire(time.Now().Add(c.ackTimeout + time.Second)) // their PubAcks are overdue
 			waitFor(t, 5*time.Second, "recovery to send a stream request", func() bool { return stream.waiting.Load() == 1 })
+			// Not synchronisation: the outage outlasts the duplicate
+			// window, so only recovery's read of the stream can keep
+			// 11..20 from being stored twice.
+			time.Sleep(2 * dupWindow)
 			stream.dropping.Store(false) // later requests are answered
 
 			back := time.Now()
