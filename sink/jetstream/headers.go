@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -168,7 +169,7 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, rea
 // optionalHeaders are set for some messages only; reset removes them. The
 // others are overwritten in place, so their slices are reused.
 var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
-	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted}
+	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted, natsjs.ExpectedLastSubjSeqHeader}
 
 func (w *wireMsg) reset(subject, reply string, data []byte) {
 	for _, k := range optionalHeaders {

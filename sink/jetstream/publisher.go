@@ -117,10 +117,13 @@ type Publisher struct {
 	sub     *nats.Subscription
 	maxSize int
 
-	sendMu   sync.Mutex         // held while writing, so messages leave in sequence order
-	wire     *wireMsg           // guarded by sendMu
-	subjects *sink.SubjectCache // guarded by sendMu
-	replyBuf []byte             // guarded by sendMu
+	sendMu sync.Mutex // held while writing, so messages leave in sequence order
+	wire   *wireMsg   // guarded by sendMu
+	// probeGuard, when set, is the Nats-Expected-Last-Subject-Sequence the
+	// next message written (recovery\'s probe) carries. Guarded by sendMu.
+	probeGuard string
+	subjects   *sink.SubjectCache // guarded by sendMu
+	replyBuf   []byte             // guarded by sendMu
 
 	mu       sync.Mutex
 	conn     uint64 // the newest connection seen; older ones have nothing on the wire
@@ -132,6 +135,11 @@ type Publisher struct {
 	bytes    int    // payload bytes held by unsettled slots
 	healthy  bool   // false from a failure until recovery resent everything
 	problem  error  // the failure that started the current outage
+	// lastFailure is the latest failure (recovery's probe's, in an outage).
+	lastFailure error
+	// beforeProbe, set by tests only, runs just before recovery sends its
+	// probe (after the stream was read and the probe's guard computed).
+	beforeProbe func(ev *decode.Event)
 	// streamName is Config.Stream's name, lastStreamSeq the newest
 	// sequence in it of a released message (settled, and every earlier
 	// one too): an unacknowledged message it holds comes after it. PubAcks
@@ -423,8 +431,11 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
 			p.markDeadLetter(seq, deadLetter)
+		} else if p.probeGuard != "" {
+			p.wire.set(natsjs.ExpectedLastSubjSeqHeader, p.probeGuard)
 		}
 	}
+	p.probeGuard = ""
 	if deadLetter != "" {
 		limit := p.maxSize
 		if bare {
@@ -632,6 +643,7 @@ func (p *Publisher) advanceLocked() {
 func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
 	p.metrics.failed(s.ev.EventType)
+	p.lastFailure = err
 	if !p.healthy {
 		return
 	}
