@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/alecthomas/kong v1.17.0
 	github.com/compose-spec/compose-go/v2 v2.9.0
-	github.com/go-echarts/go-echarts/v2 v2.6.7
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mattn/go-isatty v0.0.24

@@ -19,7 +19,6 @@ func TestProductionBuildLinksNoLab(t *testing.T) {
 	// packages. A path ending in / stands for everything under it.
 	labPackages := []string{
 		"github.com/nats-io/nats-server/",
-		"github.com/go-echarts/",
 		"github.com/outbox-relay/outbox-relay/examples/",
 		"github.com/outbox-relay/outbox-relay/internal/lab/bench",
 		"github.com/outbox-relay/outbox-relay/internal/lab/devenv",
