@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/lab/browser"
 )
 
 func TestHistogram(t *testing.T) {
@@ -75,6 +79,48 @@ func TestHTMLReport(t *testing.T) {
 	// Nothing to run, nothing to fetch: the only URL is SVG's namespace.
 	if strings.Contains(html, "<script") || regexp.MustCompile(`\b(src|href)=`).MatchString(html) {
 		t.Errorf("the page runs a script or loads a resource:\n%s", html)
+	}
+}
+
+// TestHTMLReportInBrowser: Chromium, offline, draws every series of every
+// chart of the recorded run's page.
+func TestHTMLReportInBrowser(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recordedReport().writeHTML(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	page := browser.Charts(t, file)
+	for _, p := range page.Problems(50) {
+		t.Error(p)
+	}
+	var got []string
+	for _, c := range page.Charts {
+		names := []string{c.ID + ":"}
+		for _, s := range c.Series {
+			names = append(names, s.Name)
+		}
+		got = append(got, strings.Join(names, " | "))
+	}
+	want := []string{
+		"drains: | R1 relay drain, 1-row transactions | C1 1-row transactions, ~250 B",
+		"throughput: | relay | pg_recvlogical | JetStream limit",
+		"latency: | 1000/s",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Chromium saw the charts\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if t.Failed() {
+		shot := filepath.Join(os.TempDir(), "outbox-relay-report-test.png")
+		if err := os.WriteFile(shot, page.Screenshot, 0o644); err == nil {
+			t.Logf("the page as Chromium drew it: %s", shot)
+		}
 	}
 }
 
