@@ -75,6 +75,33 @@ func Chromium(t testing.TB) string {
 	return ""
 }
 
+// profileDir returns a fresh, empty profile directory, removed when t
+// ends. Not t.TempDir: Chromium's helper processes can still write there
+// for a moment after the browser exits, and t.TempDir's cleanup would
+// fail the test for it; this one tries again for a few seconds.
+func profileDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "outbox-relay-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Logf("Chromium's profile %s is left behind: %v", dir, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
+}
+
 // measureJS reads the charts' geometry, in page coordinates.
 const measureJS = `(() => {
   const box = e => { const r = e.getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY, w: r.width, h: r.height}; };
@@ -111,7 +138,7 @@ func Charts(t testing.TB, path string) Page {
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(exe),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir(t)),
 		chromedp.Headless, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.DisableGPU, chromedp.NoSandbox,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
