@@ -38,7 +38,7 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
-		if err := pipe.source.refresh(start, pipe.tracker.Last().CommitLSN); err != nil {
+		if err := pipe.followTimeline(start); err != nil {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
