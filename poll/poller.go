@@ -145,6 +145,7 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	failing := false
 	for {
 		start := time.Now()
+		p.metrics.batches.Inc()
 		n, full, err := b.run(ctx)
 		if ctx.Err() != nil {
 			return nil
