@@ -78,10 +78,12 @@ func (h *Holdings) From() pglogrepl.LSN {
 // on replay, so one whose acknowledgement arrived just before the relay
 // died, before its record was written, would otherwise never be listed.
 // Recording one that is listed already changes nothing (same commit: see
-// Store.RecordDeadLetter).
+// Store.RecordDeadLetter). Each is keyed as the relay that published it
+// keyed it (sink.DeadLetterKey): by the row's id its Outbox-Event-Id
+// carries, also one a Nats-Msg-Id cannot carry.
 func (h *Holdings) RecordDeadLetters(ctx context.Context, store *Store) error {
 	for _, ev := range h.deadLetters {
-		key := ev.ID
+		key := sink.DeadLetterKey(ev.RowID, ev.ID)
 		if key == "" {
 			key = ev.Position.String()
 		}

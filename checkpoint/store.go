@@ -37,6 +37,21 @@ type Record struct {
 	// Publication is the identity of the publication the slot decodes
 	// through, as of the slot's creation ("" when not recorded yet).
 	Publication string
+	// Stopped is where the relay stopped, exactly, when it last stopped
+	// cleanly (its final position confirmed, recorded while its session
+	// still held the slot); zero after a stop that was not clean, and
+	// while a session streams.
+	Stopped pglogrepl.LSN
+}
+
+// Allowed returns the newest position the relay may have confirmed: where
+// it stopped, when it last stopped cleanly; else its limit plus Slack. A
+// slot beyond it was moved by someone else.
+func (r Record) Allowed() pglogrepl.LSN {
+	if r.Stopped != 0 {
+		return r.Stopped
+	}
+	return r.Limit + Slack
 }
 
 // Kind is what a take-up publishes from its new slot's snapshot.
@@ -119,9 +134,10 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 	var r Record
 	var since *time.Time
 	var pub *string
-	err := s.db.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL, bootstrap_kind, repair_since, publication
+	err := s.db.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL, bootstrap_kind, repair_since, publication,
+			coalesce(stopped_lsn, '0/0')
 		FROM `+s.table+` WHERE slot_name = $1`, s.slot).
-		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub)
+		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub, &r.Stopped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
@@ -149,7 +165,7 @@ func (s *Store) Begin(ctx context.Context, kind Kind, repairSince time.Time) err
 	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication)
 		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = '0/0', confirm_limit = '0/0', bootstrapped_at = NULL,
-			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, updated_at = now()`,
+			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, stopped_lsn = NULL, updated_at = now()`,
 		s.slot, string(kind), since)
 	if err != nil {
 		return fmt.Errorf("record the start of slot %q's take-up in %s: %w", s.slot, s.table, err)
@@ -177,7 +193,7 @@ func (s *Store) Adopt(ctx context.Context, lsn pglogrepl.LSN, publication string
 		VALUES ($1, $2, $2, now(), 'initial', $3)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = EXCLUDED.created_lsn, confirm_limit = EXCLUDED.confirm_limit,
 			bootstrapped_at = EXCLUDED.bootstrapped_at, bootstrap_kind = 'initial', repair_since = NULL,
-			publication = EXCLUDED.publication, updated_at = now()`, s.slot, lsn, publication)
+			publication = EXCLUDED.publication, stopped_lsn = NULL, updated_at = now()`, s.slot, lsn, publication)
 	if err != nil {
 		return fmt.Errorf("record slot %q in %s: %w", s.slot, s.table, err)
 	}
@@ -219,6 +235,32 @@ func (s *Store) RaiseLimit(ctx context.Context, lsn pglogrepl.LSN) error {
 		WHERE slot_name = $1 AND confirm_limit < $2::pg_lsn`, s.slot, lsn)
 	if err != nil {
 		return fmt.Errorf("record confirm limit %s for slot %q: %w", lsn, s.slot, err)
+	}
+	return nil
+}
+
+// RecordStop records that the relay stopped cleanly at lsn, the final
+// position Postgres confirmed, while its session still held the slot
+// created at created: until a session streams again, the slot cannot be
+// beyond lsn but by someone else's hand (see Record.Stopped). One write,
+// which nothing confirms: no feedback through keepalives.
+func (s *Store) RecordStop(ctx context.Context, created, lsn pglogrepl.LSN) error {
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET stopped_lsn = $3::pg_lsn, updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2`, s.slot, created, lsn)
+	if err != nil {
+		return fmt.Errorf("record where the relay stopped (%s) for slot %q: %w", lsn, s.slot, err)
+	}
+	return nil
+}
+
+// ClearStop records that a session streams from the slot created at
+// created: its position moves from now on. It writes only when a stop is
+// recorded.
+func (s *Store) ClearStop(ctx context.Context, created pglogrepl.LSN) error {
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET stopped_lsn = NULL, updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2 AND stopped_lsn IS NOT NULL`, s.slot, created)
+	if err != nil {
+		return fmt.Errorf("record that slot %q streams again: %w", s.slot, err)
 	}
 	return nil
 }

@@ -45,7 +45,9 @@ const (
 
 	// Dead-letter messages carry these as well.
 
-	// HeaderEventID is the event id of a dead letter.
+	// HeaderEventID is the event id of a dead letter, as the row holds
+	// it (percent-encoded when a header could not carry it exactly; cut
+	// at MaxDeadLetterValue bytes).
 	HeaderEventID = "Outbox-Event-Id"
 	// HeaderDeadLetterReason says why the event was dead-lettered.
 	HeaderDeadLetterReason = "Outbox-Dead-Letter-Reason"
@@ -55,6 +57,11 @@ const (
 	// the event's payload.
 	HeaderPayloadOmitted = "Outbox-Payload-Omitted"
 )
+
+// MaxDeadLetterValue is the most bytes of a row's id or of the reason a
+// dead letter's Outbox-Event-Id and Outbox-Dead-Letter-Reason carry; a
+// longer value is cut there and "…" appended.
+const MaxDeadLetterValue = 1 << 10
 
 // Bounds of an event's own headers: together with the relay's headers
 // they stay far below JetStream's 64 KiB header limit, also when every

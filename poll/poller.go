@@ -104,7 +104,8 @@ func (p *Poller) Run(ctx context.Context) error {
 		return err
 	}
 	pc := cfg.PublisherConfig()
-	pc.RecordDeadLetter = core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
+	record := core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
+	pc.RecordDeadLetter = record
 	pc.Source = p.source(ctx, pool)
 	pub, err := stream.NewPublisher(pc, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.deps.Registry))
 	if err != nil {
@@ -126,7 +127,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		listen(ctx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
 		return nil
 	})
-	err = p.loop(bg.Context(), &batcher{p: p, pool: pool, pub: pub, stored: stream.Reader(nil)}, wake)
+	err = p.loop(bg.Context(), &batcher{p: p, pool: pool, pub: pub, stored: stream.Reader(nil), record: record}, wake)
 	if cause := bg.Failure(); cause != nil && err == nil {
 		err = cause
 	}
@@ -144,6 +145,7 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	failing := false
 	for {
 		start := time.Now()
+		p.metrics.batches.Inc()
 		n, full, err := b.run(ctx)
 		if ctx.Err() != nil {
 			return nil

@@ -44,11 +44,11 @@ func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store
 	pc := cfg.PublisherConfig()
 	pc.Window, pc.WindowBytes, pc.AckTimeout = 0, 0, 0 // the defaults, whatever the relay's
 	pc.Source = src.stampOrNil()
-	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, reason string) error {
+	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, stored, reason string) error {
 		o.mu.Lock()
 		o.dead[ev.ID] = reason
 		o.mu.Unlock()
-		return record(ctx, ev, reason)
+		return record(ctx, ev, stored, reason)
 	}
 	pub, err := stream.NewPublisher(pc, log, jetstream.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {

@@ -2,13 +2,17 @@ package relay
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/sink/memory"
 )
@@ -109,5 +113,85 @@ func TestPipelineSkipsWhatTheDestinationHolds(t *testing.T) {
 	}
 	if got := p.flushedNow(); got != 0x310 {
 		t.Fatalf("confirmable %s, want 0/310", got)
+	}
+}
+
+// TestTimelineChangeConfirmsNothingBeyondFork: keepalives of timeline 1
+// made 0x900 confirmable, past the last event (0x200). The session after
+// a promotion finds timeline 2, forked at 0x400: from then on the pipeline
+// confirms nothing beyond 0x400 until the new timeline's WAL says so, and
+// the gate clears the new timeline's positions against its own WAL, not
+// with the old timeline's allowance.
+func TestTimelineChangeConfirmsNothingBeyondFork(t *testing.T) {
+	dest := memory.New(3, sink.NewStamp(testSource))
+	p := newTestPipeline(dest, 0x100, nil)
+	src, err := newSourceFrom(pglogrepl.IdentifySystemResult{SystemID: testSource.System, Timeline: 1}, nil, testSource.Slot, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.source = src
+	var walEnd, checks atomic.Uint64
+	walEnd.Store(0x1000)
+	check := func(context.Context) (pglogrepl.LSN, error) {
+		checks.Add(1)
+		return pglogrepl.LSN(walEnd.Load()), nil
+	}
+	p.gate = checkpoint.NewGate(checkpoint.NewLedger(nil, 0, 1<<40, zerolog.Nop()), check, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.gate.Run(ctx) }()
+
+	if !p.Event(event("a", 0x200, 0)) {
+		t.Fatal("event a refused")
+	}
+	p.Commit(0x280)
+	p.Idle(0x900)
+	dest.Ack(1)
+	waitConfirmable(t, p, 0x900)
+
+	// The promoted standby's WAL ends at 0x480, with transactions the
+	// relay has not read yet.
+	walEnd.Store(0x480)
+	start := replication.SessionStart{System: pglogrepl.IdentifySystemResult{SystemID: testSource.System, Timeline: 2},
+		TimelineHistory: []byte("1\t0/400\tno recovery target specified\n")}
+	if err := p.followTimeline(start); err != nil {
+		t.Fatal(err)
+	}
+	// Until the gate has checked the new timeline twice, and after.
+	for after := checks.Load() + 2; ; time.Sleep(time.Millisecond) {
+		if got, err := p.Flushed(ctx, false); err != nil || got > 0x400 {
+			t.Fatalf("on timeline 2, forked at 0/400, nothing of it read: confirmable %s (%v), want at most 0/400", got, err)
+		}
+		if checks.Load() >= after {
+			break
+		}
+	}
+	// A keepalive of the new timeline beyond where the gate last checked
+	// it: cleared only once the publication is checked there, whatever
+	// the old timeline's allowance was.
+	p.Idle(0x800)
+	waitConfirmable(t, p, 0x480)
+	walEnd.Store(0x800)
+	waitConfirmable(t, p, 0x800)
+	if got := src.Source().Timeline; got != 2 {
+		t.Errorf("messages stamped with timeline %d, want 2", got)
+	}
+}
+
+// waitConfirmable waits until the pipeline's confirmable position,
+// through the gate, is want, failing if it ever passes it.
+func waitConfirmable(t *testing.T, p *pipeline, want pglogrepl.LSN) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		got, err := p.Flushed(context.Background(), false)
+		if err != nil || got > want {
+			t.Fatalf("confirmable %s (%v), want at most %s", got, err, want)
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("confirmable %s, never %s", got, want)
+		}
 	}
 }

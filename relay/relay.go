@@ -114,6 +114,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		StatusInterval: cfg.StatusInterval,
 		DrainTimeout:   cfg.DrainTimeout,
 		BeforeSession:  st.beforeSession(pipe),
+		Stopped:        st.stopped(pipe),
 	}, pool, log.With().Str("component", "replication").Logger(), replMetrics)
 	if err != nil {
 		return err

@@ -27,14 +27,38 @@ type StoredEvent struct {
 	// CreatedAt is the row's created_at as the message carries it
 	// (RFC 3339), "" when it carries none.
 	CreatedAt string
+	// RowID is a dead letter's event id as the row holds it (its
+	// Outbox-Event-Id header, decoded), also one a Nats-Msg-Id cannot
+	// carry; "" for other messages.
+	RowID string
 }
 
 // StoredID returns the id under which a destination holds ev, as it is
 // read back: the event's id, or for a dead letter whose id cannot be a
-// message id, its WAL position.
+// message id, its WAL position. An event read from the table (commit LSN
+// 0, never replayed from a slot) has no WAL position: its dead letter's
+// id adds to the position what makes it unique in the stream (see
+// jetstream's dead-letter ids).
 func StoredID(ev *decode.Event) string {
 	if contract.CheckID(ev.ID) != "" {
 		return ev.Position.String()
 	}
 	return ev.ID
+}
+
+// DeadLetterKey returns the key under which Postgres lists a dead letter
+// (the relay's dead-letter records, which the dead-letter view, `dlq
+// list`, `dlq retry --id` and cleanup join with the outbox rows): the
+// row's id, so that they find its row, also when a Nats-Msg-Id cannot
+// carry it; for an event without an id, or with one longer than its dead
+// letter carries whole (contract.MaxDeadLetterValue), the id its dead
+// letter is stored under (stored: the Nats-Msg-Id without its prefix),
+// unique in the stream. The relay that publishes a dead letter (rowID the
+// event's id) and one that finds it in the stream after a crash before
+// its record (rowID its Outbox-Event-Id) key it alike.
+func DeadLetterKey(rowID, stored string) string {
+	if rowID == "" || len(rowID) > contract.MaxDeadLetterValue {
+		return stored
+	}
+	return rowID
 }

@@ -150,11 +150,12 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.fillCommon(ev, nil)
 }
 
-// fillDeadLetter prepares the dead-letter message for ev. The payload goes
-// along when it fits in maxSize together with the headers.
-func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, reason string, maxSize int) {
+// fillDeadLetter prepares the dead-letter message for ev, stored under id
+// (Publisher.deadLetterID). The payload goes along when it fits in maxSize
+// together with the headers.
+func (w *wireMsg) fillDeadLetter(ev *decode.Event, id, subject, reply, original, reason string, maxSize int) {
 	w.reset(subject, reply, nil)
-	w.set(contract.HeaderMsgID, deadLetterMsgID(ev))
+	w.set(contract.HeaderMsgID, contract.DeadLetterMsgID(id))
 	w.set(contract.HeaderDeadLetterReason, truncateValue(reason))
 	w.set(contract.HeaderOriginalSubject, original)
 	encoded := w.setEncoded(contract.HeaderEventID, truncateValue(ev.ID), nil)
@@ -207,22 +208,43 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	}
 }
 
-// deadLetterMsgID is the Nats-Msg-Id of ev's dead letter. An id that cannot
-// be a message id is replaced by the event's WAL position.
-func deadLetterMsgID(ev *decode.Event) string {
-	if contract.CheckID(ev.ID) != "" {
-		return contract.DeadLetterMsgID(ev.Position.String())
-	}
-	return contract.DeadLetterMsgID(ev.ID)
-}
-
 // truncateValue keeps dead-letter diagnostics small enough for a header.
 func truncateValue(v string) string {
-	const max = 1024
-	if len(v) <= max {
+	if len(v) <= contract.MaxDeadLetterValue {
 		return v
 	}
-	return v[:max] + "…"
+	return v[:contract.MaxDeadLetterValue] + "…"
+}
+
+// headerValue returns a row value of h as the row holds it: decoded when
+// Outbox-Percent-Encoded lists it.
+func headerValue(h nats.Header, key string) string {
+	v := h.Get(key)
+	for _, name := range strings.Split(h.Get(contract.HeaderPercentEncoded), ",") {
+		if name == key {
+			return percentDecode(v)
+		}
+	}
+	return v
+}
+
+// percentDecode undoes percentEncode.
+func percentDecode(v string) string {
+	if !strings.Contains(v, "%") {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '%' && i+2 < len(v) {
+			if n, err := strconv.ParseUint(v[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
 }
 
 // headerSize is the size of the header block nats.go writes for h.

@@ -105,6 +105,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 	if rest, ok := strings.CutPrefix(ev.ID, contract.DeadLetterMsgIDPrefix); ok {
 		ev.ID, ev.DeadLetter = rest, true
 		ev.Reason = msg.Header.Get(contract.HeaderDeadLetterReason)
+		ev.RowID = headerValue(msg.Header, contract.HeaderEventID)
 	}
 	return ev, true
 }

@@ -2,8 +2,11 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -54,8 +58,10 @@ type Config struct {
 	// messages are candidates for that check until the first PubAck.
 	StartSeq uint64
 	// RecordDeadLetter, when set, records a dead-lettered event (in
-	// Postgres) before it counts as settled. It is retried until it succeeds.
-	RecordDeadLetter func(ctx context.Context, ev *decode.Event, reason string) error
+	// Postgres) before it counts as settled; stored is the id its dead
+	// letter is stored under (its Nats-Msg-Id without
+	// contract.DeadLetterMsgIDPrefix). It is retried until it succeeds.
+	RecordDeadLetter func(ctx context.Context, ev *decode.Event, stored, reason string) error
 	// Source, when set, is stamped on every message (the Outbox-Source-*
 	// headers), so that the relay can tell its messages from others'.
 	Source *sink.Stamp
@@ -116,6 +122,9 @@ type Publisher struct {
 	inbox   string // replies arrive on inbox + "<seq>.<attempt>"
 	sub     *nats.Subscription
 	maxSize int
+	// instance tells this publisher's dead letters of events read from
+	// the table apart from any other's (see deadLetterID).
+	instance string
 
 	sendMu sync.Mutex // held while writing, so messages leave in sequence order
 	wire   *wireMsg   // guarded by sendMu
@@ -207,6 +216,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		log:      log,
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
+		instance: newInstance(),
 		wire:     newWireMsg().withSource(cfg.Source),
 		subjects: sink.NewSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
@@ -441,7 +451,7 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 		if bare {
 			limit = 0
 		}
-		p.wire.fillDeadLetter(ev, p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
+		p.wire.fillDeadLetter(ev, p.deadLetterID(ev, seq), p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
 		p.log.Warn().Str("event_id", ev.ID).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
 			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
@@ -680,4 +690,28 @@ func failureReason(err error) string {
 	default:
 		return "other"
 	}
+}
+
+// deadLetterID is the id the dead letter of ev, handed over as seq, is
+// stored under: its Nats-Msg-Id without contract.DeadLetterMsgIDPrefix.
+// It is the event's id; for an id a Nats-Msg-Id cannot carry, the event's
+// WAL position, unique in the slot's WAL (sink.StoredID). An event read
+// from the table has none: its position (commit LSN 0) restarts with
+// every polling batch, every slot creation and every one-shot run, and
+// JetStream would drop the second dead letter at one as a duplicate. Its
+// id adds this publisher's instance and seq: unique in the stream, and
+// the same on every resend of it.
+func (p *Publisher) deadLetterID(ev *decode.Event, seq uint64) string {
+	id := sink.StoredID(ev)
+	if contract.CheckID(ev.ID) == "" || ev.Position.CommitLSN != 0 {
+		return id
+	}
+	return id + "@" + p.instance + "." + strconv.FormatUint(seq, 10)
+}
+
+// newInstance returns 16 random hex digits.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

@@ -383,7 +383,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 			continue
 		}
 		if s.deadLetter != "" || s.ev.Problem != "" {
-			dead[deadLetterMsgID(&s.ev)] = seq
+			dead[contract.DeadLetterMsgID(p.deadLetterID(&s.ev, s.seq))] = seq
 		} else {
 			events[s.ev.ID] = seq
 		}
@@ -531,7 +531,7 @@ func (p *Publisher) recordDeadLetters(ctx context.Context) {
 		ev, reason := s.ev, s.deadLetter
 		p.mu.Unlock()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := p.cfg.RecordDeadLetter(rctx, &ev, reason)
+		err := p.cfg.RecordDeadLetter(rctx, &ev, p.deadLetterID(&ev, seq), reason)
 		cancel()
 		if err != nil {
 			if p.recordLogs.Allow() {

@@ -101,7 +101,7 @@ func TestDeadLetterRecordedDuringOutage(t *testing.T) {
 	var mu sync.Mutex
 	var recorded []string
 	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second, Stream: e.stream,
-		RecordDeadLetter: func(_ context.Context, ev *decode.Event, _ string) error {
+		RecordDeadLetter: func(_ context.Context, ev *decode.Event, _, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			recorded = append(recorded, ev.ID)
