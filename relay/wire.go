@@ -155,6 +155,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
+	src.forTable(cfg.Table)
 	if up.pub, err = r.newPublisher(ctx, stream, store, src.stamp); err != nil {
 		return up, err
 	}

@@ -94,7 +94,7 @@ func (t *tools) close() {
 
 // republish publishes the rows with the given ids from the table.
 func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	_, count, err := t.publishIDs(ctx, n, ids, log, nil)
+	_, count, err := t.publishIDs(ctx, n, ids, contract.ReplayRepublish, log, nil)
 	if err != nil {
 		return err
 	}
@@ -103,17 +103,18 @@ func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolo
 }
 
 // publishIDs publishes the table's rows with the given ids, in commit
-// order, and waits for their PubAcks. admit, when set, sees every row
+// order, marked with replay (contract.HeaderReplay), and waits for their
+// PubAcks. admit, when set, sees every row
 // found, with the publisher, and may hold it back. It returns the
 // publisher (to ask what was dead-lettered) and how many rows were found.
-func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
+func (t *tools) publishIDs(ctx context.Context, n names, ids []string, replay string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
 	src, err := relay.NewRowSource(ctx, t.pool, n.table)
 	if err != nil {
 		return nil, 0, err
 	}
 	cfg := n.relayConfig()
 	cfg.PGURL = t.pgURL
-	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, log)
+	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, replay, log)
 	if err != nil {
 		return nil, 0, err
 	}

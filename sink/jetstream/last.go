@@ -93,6 +93,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 		AggregateType: msg.Header.Get(contract.HeaderAggregateType),
 		AggregateID:   msg.Header.Get(contract.HeaderAggregateID),
 		CreatedAt:     msg.Header.Get(contract.HeaderCreatedAt),
+		Replay:        msg.Header.Get(contract.HeaderReplay),
 	}
 	pos, ok := parsePosition(msg)
 	if !ok {
@@ -144,6 +145,12 @@ func parseSource(msg *natsjs.RawStreamMsg) (src sink.Source, ok bool) {
 		if src.Origin, err = pglogrepl.ParseLSN(origin); err != nil {
 			return sink.Source{}, false
 		}
+	}
+	if src.Database, ok = decodeName(msg.Header.Get(contract.HeaderSourceDatabase)); !ok {
+		return sink.Source{}, false
+	}
+	if src.Table, ok = decodeName(msg.Header.Get(contract.HeaderSourceTable)); !ok {
+		return sink.Source{}, false
 	}
 	return src, true
 }
