@@ -142,6 +142,9 @@ func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, err
 		if err := s.samePublication(ctx, locked, rec); err != nil {
 			return nil, 0, err
 		}
+		if err := locked.SetTable(ctx); err != nil { // a record made before the table was recorded
+			return nil, 0, err
+		}
 		end()
 	case checkpoint.Adopt:
 		s.log.Warn().Str("slot", s.cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
@@ -179,6 +182,11 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
 			return slot, checkpoint.Record{}, 0, err
 		}
+	}
+	// Another relay streaming the table: refused before anything is
+	// created or published (relay/others.go).
+	if err := secondRelay(ctx, locked, s.pool, cfg, true, s.log); err != nil {
+		return slot, checkpoint.Record{}, 0, err
 	}
 	rec, err := locked.Load(ctx)
 	if err != nil {

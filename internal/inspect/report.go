@@ -42,6 +42,9 @@ type Report struct {
 	StreamLastSeq      uint64             `json:"stream_last_seq"`
 	StreamError        string             `json:"stream_error,omitempty"`
 	LastEvent          *sink.StoredEvent  `json:"last_event,omitempty"`
+	// OtherSlots are the other slots recorded in the records table, with
+	// their state: an idle one keeps WAL for nobody.
+	OtherSlots []checkpoint.OtherSlot `json:"other_slots,omitempty"`
 	// Poll replaces the slot's fields with --source poll.
 	Poll *Pending `json:"poll,omitempty"`
 	// Problems make status exit 1.
@@ -106,11 +109,34 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, o Options, r *Report) err
 	if !health.InactiveSince.IsZero() {
 		r.InactiveSince = &health.InactiveSince
 	}
-	if rec, err := checkpoint.NewStore(pool, n.Table.Schema, n.Slot).Load(ctx); err == nil && rec.Exists {
+	store := checkpoint.NewStore(pool, n.Table.Schema, n.Slot)
+	if rec, err := store.Load(ctx); err == nil && rec.Exists {
 		r.Record = &rec
 	}
 	r.Problems = o.Limits.SlotProblems(n.Slot, slot, health, time.Now())
+	if others, err := store.OtherSlots(ctx, pool); err == nil {
+		r.OtherSlots = others
+		r.Problems = append(r.Problems, otherSlotProblems(n, others)...)
+	}
 	return nil
+}
+
+// otherSlotProblems: another slot of the table that no relay streams
+// from (a renamed --slot, an earlier deployment) keeps WAL for nobody; one
+// that a relay streams from makes a relay on this slot refuse to start.
+func otherSlotProblems(n relay.Config, others []checkpoint.OtherSlot) []string {
+	var out []string
+	for _, o := range others {
+		switch {
+		case !o.Serves(n.Table):
+		case o.Idle():
+			out = append(out, fmt.Sprintf("slot %q, recorded for %s too, exists and no relay streams from it: it keeps %s of WAL; if no relay will use it again, drop it: %s",
+				o.Slot, n.Table, doctor.HumanBytes(o.RetainedBytes), o.DropSQL(n.Table.Schema)))
+		case o.Active && o.Slot != n.Slot:
+			out = append(out, fmt.Sprintf("slot %q streams %s (pid %d): a relay on slot %q would refuse to start while it does", o.Slot, n.Table, o.ActivePID, n.Slot))
+		}
+	}
+	return out
 }
 
 // readStream fills in the stream's side; a missing stream is a problem,
