@@ -94,7 +94,7 @@ func requireIdleSlotReported(t *testing.T, env *relaytest.Env, r *relaytest.Rela
 	if !strings.Contains(out, "postgres.other_slots") || !strings.Contains(out, drop) || !strings.Contains(out, "no relay streams from it") {
 		t.Errorf("doctor does not report the idle slot %q with the SQL that drops it:\n%s", idle, out)
 	}
-	out, err := suite.Relay.RunCLI(t, append([]string{"status", "--json"}, env.ToolArgs()...)...)
+	stdout, stderr, code := suite.Relay.RunSplit(t, append([]string{"status", "--json"}, env.ToolArgs()...)...)
 	var st struct {
 		OtherSlots []struct {
 			Slot          string `json:"slot"`
@@ -105,15 +105,15 @@ func requireIdleSlotReported(t *testing.T, env *relaytest.Env, r *relaytest.Rela
 		} `json:"other_slots"`
 		Problems []string `json:"problems"`
 	}
-	if jerr := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &st); jerr != nil || err == nil {
-		t.Errorf("status --json with an idle slot of the table: exit %v (want 1), %v:\n%s", err, jerr, out)
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != 1 {
+		t.Errorf("status --json with an idle slot of the table: exit %d (want 1), %v:\n%s%s", code, err, stdout, stderr)
 	}
 	found := false
 	for _, o := range st.OtherSlots {
 		found = found || (o.Slot == idle && o.Table == env.Table.String() && o.Exists && !o.Active && o.RetainedBytes > 0)
 	}
 	if !found || !strings.Contains(strings.Join(st.Problems, "\n"), drop) {
-		t.Errorf("status --json does not show the idle slot %q keeping WAL, with the SQL that drops it:\n%s", idle, out)
+		t.Errorf("status --json does not show the idle slot %q keeping WAL, with the SQL that drops it:\n%s", idle, stdout)
 	}
 	series := fmt.Sprintf(`outbox_relay_idle_slot_retained_bytes{slot=%q,table=%q}`, idle, env.Table.String())
 	relaytest.WaitFor(t, time.Minute, series, func() bool {

@@ -41,7 +41,10 @@ type Report struct {
 	StreamMessages     uint64             `json:"stream_messages"`
 	StreamLastSeq      uint64             `json:"stream_last_seq"`
 	StreamError        string             `json:"stream_error,omitempty"`
-	LastEvent          *sink.StoredEvent  `json:"last_event,omitempty"`
+	// LastEvent is the newest message of the table (its system, database
+	// and table, whatever slot published it) in the stream, which other
+	// tables' relays may share.
+	LastEvent *sink.StoredEvent `json:"last_event,omitempty"`
 	// OtherSlots are the other slots recorded in the records table, with
 	// their state: an idle one keeps WAL for nobody.
 	OtherSlots []checkpoint.OtherSlot `json:"other_slots,omitempty"`
@@ -82,9 +85,21 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, o Options) 
 		r.DeadLettersPending = &pending
 	}
 	if nc != nil {
-		readStream(ctx, nc, n, &r)
+		readStream(ctx, nc, n, tableSource(ctx, pool, n), &r)
 	}
 	return r, nil
+}
+
+// tableSource is what the table's messages name as their source: status
+// shows the newest of them, not another table's in a shared stream. A
+// role that may not read pg_control_system() gets the zero source (every
+// relay's messages).
+func tableSource(ctx context.Context, pool *pgxpool.Pool, n relay.Config) sink.Source {
+	system, database, err := replication.Identify(ctx, pool)
+	if err != nil {
+		return sink.Source{}
+	}
+	return sink.Source{System: system, Database: database, Table: n.Table.String(), Slot: n.Slot}
 }
 
 // readSlot fills in the slot's side of r.
@@ -141,7 +156,7 @@ func otherSlotProblems(n relay.Config, others []checkpoint.OtherSlot) []string {
 
 // readStream fills in the stream's side; a missing stream is a problem,
 // NATS being unreachable is said in StreamError.
-func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
+func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, src sink.Source, r *Report) {
 	if !nc.IsConnected() {
 		r.StreamError = "not connected to NATS"
 		if err := nc.LastError(); err != nil {
@@ -166,7 +181,8 @@ func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
 	}
 	state := stream.CachedInfo().State
 	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
-	if r.LastEvent, err = jssink.LastEvent(sctx, stream, sink.Source{}, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
+	ofTable := func(ev sink.StoredEvent) bool { return sink.OfTable(ev, src) }
+	if r.LastEvent, err = jssink.LastEventOf(sctx, stream, ofTable, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
 		r.StreamError = err.Error()
 	}
 }
