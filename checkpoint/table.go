@@ -3,6 +3,9 @@ package checkpoint
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,15 +27,19 @@ import (
 //
 // It is read with one headers-only pass over the destination, from a
 // bound on (see ReadTableHoldings), and keeps the ids of the table's
-// messages: its memory follows how many of them the stream holds from
-// that bound on, not the stream's size.
+// messages packed and sorted: its memory follows how many of them the
+// stream holds from that bound on, not the stream's size (a 36-byte UUID
+// costs 44 bytes: 44 MB for a million).
 type TableHoldings struct {
-	ids map[string]struct{}
-	// arena holds the ids' bytes, a block at a time, so that each id
-	// costs its bytes and a map entry, not an allocation of its own.
-	arena []byte
-	// read counts the messages read, kept those of the table.
-	read, kept int
+	// ids holds the ids' bytes back to back, in the order read; id i is
+	// ids[offs[i]:offs[i+1]]. sorted lists the ids' indexes in id order,
+	// for a binary search: about 8 bytes an id beyond its own bytes,
+	// where a map of strings costs some 56.
+	ids    []byte
+	offs   []uint32
+	sorted []uint32
+	// read counts the messages read.
+	read int
 }
 
 // ClockMargin is how far before the oldest row's created_at the
@@ -56,47 +63,64 @@ func ReadTableHoldings(ctx context.Context, r sink.Reader, oldest time.Time, log
 	if !from.IsZero() {
 		from = from.Add(-ClockMargin)
 	}
-	h := &TableHoldings{ids: map[string]struct{}{}}
+	h := &TableHoldings{offs: []uint32{0}}
 	began := time.Now()
+	var tooMany error
 	next := began.Add(progressEvery)
 	err := r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
 		h.read++
 		if ok && ev.ID != "" && sink.OfTable(ev, owner) {
-			h.add(ev.ID)
+			if tooMany = h.add(ev.ID); tooMany != nil {
+				return false
+			}
 		}
 		if now := time.Now(); now.After(next) {
 			next = now.Add(progressEvery)
-			log.Info().Int("messages", h.read).Int("held", h.kept).Dur("elapsed", now.Sub(began)).Str("table", owner.Table).
+			log.Info().Int("messages", h.read).Int("held", h.Len()).Dur("elapsed", now.Sub(began)).Str("table", owner.Table).
 				Msg("reading the stream for the table's events it holds")
 		}
 		return true
 	})
+	if err == nil {
+		err = tooMany
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read which of the table's events the stream holds: %w", err)
 	}
+	h.sort()
 	ev := log.Info()
 	if !from.IsZero() {
 		ev = ev.Time("stored_since", from)
 	}
-	ev.Int("messages", h.read).Int("held", h.kept).Dur("took", time.Since(began)).Str("table", owner.Table).
+	ev.Int("messages", h.read).Int("held", h.Len()).Dur("took", time.Since(began)).Str("table", owner.Table).
 		Msg("read which of the table's events the stream holds")
 	return h, nil
 }
 
-// arenaBlock is the size of one block of the ids' arena.
-const arenaBlock = 1 << 20
+// add keeps id; it fails past 4 GiB of ids (a hundred million of them).
+func (h *TableHoldings) add(id string) error {
+	if uint64(len(h.ids))+uint64(len(id)) > math.MaxUint32 {
+		return fmt.Errorf("the stream holds more than 4 GiB of the table's event ids: give the take-up a bound (--repair-since), or let the stream's limits remove old messages")
+	}
+	h.ids = append(h.ids, id...)
+	h.offs = append(h.offs, uint32(len(h.ids)))
+	return nil
+}
 
-func (h *TableHoldings) add(id string) {
-	if _, ok := h.ids[id]; ok {
-		return
+// id returns the id at index i, without copying.
+func (h *TableHoldings) id(i uint32) string {
+	return unsafeString(h.ids[h.offs[i]:h.offs[i+1]])
+}
+
+// sort orders the ids for Holds, and gives back what appending left
+// unused.
+func (h *TableHoldings) sort() {
+	h.ids, h.offs = slices.Clone(h.ids), slices.Clone(h.offs)
+	h.sorted = make([]uint32, len(h.offs)-1)
+	for i := range h.sorted {
+		h.sorted[i] = uint32(i)
 	}
-	if len(h.arena)+len(id) > cap(h.arena) {
-		h.arena = make([]byte, 0, max(arenaBlock, len(id)))
-	}
-	start := len(h.arena)
-	h.arena = append(h.arena, id...)
-	h.ids[unsafeString(h.arena[start:])] = struct{}{}
-	h.kept++
+	slices.SortFunc(h.sorted, func(a, b uint32) int { return strings.Compare(h.id(a), h.id(b)) })
 }
 
 // Holds reports whether the destination holds ev's event (a message of
@@ -105,7 +129,8 @@ func (h *TableHoldings) Holds(ev *decode.Event) bool {
 	if h == nil {
 		return false
 	}
-	_, ok := h.ids[sink.StoredID(ev)]
+	id := sink.StoredID(ev)
+	_, ok := slices.BinarySearchFunc(h.sorted, id, func(i uint32, id string) int { return strings.Compare(h.id(i), id) })
 	return ok
 }
 
@@ -114,7 +139,7 @@ func (h *TableHoldings) Len() int {
 	if h == nil {
 		return 0
 	}
-	return h.kept
+	return len(h.offs) - 1
 }
 
 // Read returns how many messages were read.
