@@ -55,7 +55,7 @@ func (s *Store) OtherSlots(ctx context.Context, slots *pgxpool.Pool) ([]OtherSlo
 			coalesce(array_agg(coalesce(outbox_table, '') ORDER BY slot_name), '{}')
 		FROM `+s.table+` WHERE slot_name <> $1`, s.slot).Scan(&names, &tables)
 	if err != nil {
-		return nil, fmt.Errorf("read the other slots recorded in %s: %w", s.table, err)
+		return nil, fmt.Errorf("read the other slots recorded in %s (run `outbox-relay migrate` if it is older than the relay): %w", s.table, err)
 	}
 	out := make([]OtherSlot, 0, len(names))
 	for i, name := range names {

@@ -350,7 +350,7 @@ func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *Ro
 		published++
 		return offer(ev)
 	})
-	s.log.Warn().Int("missing", published).Int("rows", rows).Int("held", held.Len()).Int("messages", held.Read()).
+	s.log.Info().Int("missing", published).Int("rows", rows).Int("held", held.Len()).Int("messages", held.Read()).
 		Msg("published the rows the stream lacked, from the slot's snapshot")
 	return published, err
 }
