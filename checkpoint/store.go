@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // RecordsTable is the table, in the outbox table's schema, where the relay
@@ -82,6 +84,26 @@ type Store struct {
 	table       string
 	deadLetters string
 	slot        string
+	// outboxTable is the outbox table the slot serves (schema.table),
+	// written with the record; "" leaves it unknown (see WithTable).
+	outboxTable string
+}
+
+// WithTable returns the same store, writing with the record that the slot
+// serves table: OtherSlots tells the slots of a table from those of
+// others by it.
+func (s *Store) WithTable(table contract.Table) *Store {
+	c := *s
+	c.outboxTable = table.String()
+	return &c
+}
+
+// nullable is v, or NULL when v is empty.
+func nullable(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }
 
 // DeadLettersTable is the table, in the outbox table's schema, that lists
@@ -162,11 +184,12 @@ func (s *Store) Begin(ctx context.Context, kind Kind, repairSince time.Time) err
 	if !repairSince.IsZero() {
 		since = &repairSince
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication)
-		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication, outbox_table)
+		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL, $4)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = '0/0', confirm_limit = '0/0', bootstrapped_at = NULL,
-			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, stopped_lsn = NULL, updated_at = now()`,
-		s.slot, string(kind), since)
+			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, stopped_lsn = NULL,
+			outbox_table = EXCLUDED.outbox_table, updated_at = now()`,
+		s.slot, string(kind), since, nullable(s.outboxTable))
 	if err != nil {
 		return fmt.Errorf("record the start of slot %q's take-up in %s: %w", s.slot, s.table, err)
 	}
@@ -189,11 +212,11 @@ func (s *Store) Created(ctx context.Context, point pglogrepl.LSN, publication st
 
 // Adopt records a slot the relay did not create, at lsn, as taken up.
 func (s *Store) Adopt(ctx context.Context, lsn pglogrepl.LSN, publication string) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, publication)
-		VALUES ($1, $2, $2, now(), 'initial', $3)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, publication, outbox_table)
+		VALUES ($1, $2, $2, now(), 'initial', $3, $4)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = EXCLUDED.created_lsn, confirm_limit = EXCLUDED.confirm_limit,
 			bootstrapped_at = EXCLUDED.bootstrapped_at, bootstrap_kind = 'initial', repair_since = NULL,
-			publication = EXCLUDED.publication, stopped_lsn = NULL, updated_at = now()`, s.slot, lsn, publication)
+			publication = EXCLUDED.publication, stopped_lsn = NULL, outbox_table = EXCLUDED.outbox_table, updated_at = now()`, s.slot, lsn, publication, nullable(s.outboxTable))
 	if err != nil {
 		return fmt.Errorf("record slot %q in %s: %w", s.slot, s.table, err)
 	}
@@ -225,6 +248,20 @@ func (s *Store) SetPublication(ctx context.Context, created pglogrepl.LSN, publi
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("record the publication of slot %q: %w", s.slot, ErrRecordChanged)
+	}
+	return nil
+}
+
+// SetTable records the outbox table the slot serves where the record
+// lacks it (made by an older relay) or names another.
+func (s *Store) SetTable(ctx context.Context) error {
+	if s.outboxTable == "" {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET outbox_table = $2, updated_at = now()
+		WHERE slot_name = $1 AND outbox_table IS DISTINCT FROM $2`, s.slot, s.outboxTable)
+	if err != nil {
+		return fmt.Errorf("record the table of slot %q: %w", s.slot, err)
 	}
 	return nil
 }

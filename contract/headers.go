@@ -42,6 +42,19 @@ const (
 	// HeaderSourceOrigin is the slot's creation point (an LSN); absent
 	// while it is not known.
 	HeaderSourceOrigin = "Outbox-Source-Origin"
+	// HeaderSourceDatabase is the database the outbox table is in
+	// (percent-encoded when it holds '%' or what a header cannot carry).
+	HeaderSourceDatabase = "Outbox-Source-Database"
+	// HeaderSourceTable is the outbox table, schema.table. With the
+	// system and the database it is the space the event's id is unique
+	// in: what the stream holds is decided by it, whatever the slot.
+	HeaderSourceTable = "Outbox-Source-Table"
+
+	// HeaderReplay marks a message published again from the table by
+	// hand, outside any slot's order (verify --republish, dlq retry): its
+	// value says which. Such a message never tells a relay where its
+	// replay starts.
+	HeaderReplay = "Outbox-Replay"
 
 	// Dead-letter messages carry these as well.
 
@@ -124,3 +137,11 @@ func isTokenChar(c byte) bool {
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
+
+// The values of HeaderReplay: which command published the message again.
+const (
+	// ReplayRepublish is `verify --republish`.
+	ReplayRepublish = "verify-republish"
+	// ReplayRetry is `dlq retry`.
+	ReplayRetry = "dlq-retry"
+)

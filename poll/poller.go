@@ -251,16 +251,19 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // source is what the messages say they come from: the Postgres system and
-// timeline, and "poll:<table>" where the WAL relay puts its slot (never a
-// slot name, so a WAL relay never takes these messages for its own). A
+// timeline, the database and table, and "poll:<table>" where the WAL relay
+// puts its slot (never a slot name, so a WAL relay never takes these
+// messages for its own slot's; by their table, a WAL relay's take-up
+// knows the events they carry are in the stream). A
 // role that may not read pg_control_* publishes without source headers.
 func (p *Poller) source(ctx context.Context, pool *pgxpool.Pool) *sink.Stamp {
-	var system string
+	var system, database string
 	var timeline int64
-	err := pool.QueryRow(ctx, `SELECT s.system_identifier::text, c.timeline_id FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&system, &timeline)
+	err := pool.QueryRow(ctx, `SELECT s.system_identifier::text, c.timeline_id, current_database() FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&system, &timeline, &database)
 	if err != nil {
 		p.log.Warn().Err(err).Msg("cannot read the Postgres system identifier: messages go out without the Outbox-Source-* headers")
 		return nil
 	}
-	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Table.String()})
+	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Table.String(),
+		Database: database, Table: p.cfg.Table.String()})
 }

@@ -126,6 +126,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	bg.Go("dead-letter count", afterFirstSession(wal, dead.Run))
+	idle, err := newIdleSlotsGauge(r.deps.Registry, st.store, pool, log.With().Str("component", "monitor").Logger())
+	if err != nil {
+		return err
+	}
+	bg.Go("idle slots", afterFirstSession(wal, idle.Run))
 	bg.Go("confirmation gate", afterFirstSession(wal, pipe.gate.Run))
 	r.wal.Store(wal)
 

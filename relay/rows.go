@@ -3,6 +3,9 @@ package relay
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -86,6 +89,29 @@ func (r *RowSource) Each(ctx context.Context, db verify.Querier, where string, a
 		return n, fmt.Errorf("read rows of %s: %w", r.table, err)
 	}
 	return n, nil
+}
+
+// Oldest returns how many rows match where and the created_at of the
+// oldest (zero when the table has no created_at column or no row
+// matches): how far back what the stream holds of them can be.
+func (r *RowSource) Oldest(ctx context.Context, db verify.Querier, where string, args []any) (time.Time, int, error) {
+	oldest := "NULL::timestamptz"
+	if r.Has(contract.ColumnCreatedAt) {
+		oldest = "min(created_at)"
+	}
+	rows, err := db.Query(ctx, `SELECT `+oldest+`, count(*) FROM `+r.table.Quoted()+` WHERE `+where, args...)
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("count the rows of %s: %w", r.table, err)
+	}
+	var at *time.Time
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&at, &n}, func() error { return nil }); err != nil {
+		return time.Time{}, 0, fmt.Errorf("count the rows of %s: %w", r.table, err)
+	}
+	if at == nil {
+		return time.Time{}, n, nil
+	}
+	return *at, n, nil
 }
 
 // warnForeignHeaders says so when the table has a headers column the relay

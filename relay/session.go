@@ -34,6 +34,13 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 		if why := pipe.ledger.Moved(cfg.Slot, info.ConfirmedFlush); why != "" {
 			return &contract.FatalError{Err: errors.New(why), Gap: true}
 		}
+		// Another relay streaming the table, which this one's take-up did
+		// not see active (it was between sessions), stops this one: it
+		// holds its slot now, so of two relays the second to look sees
+		// the first (relay/others.go).
+		if err := secondRelay(ctx, s.store, s.pool, cfg, false, s.log); err != nil {
+			return err
+		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
 		if err := pipe.followTimeline(start); err != nil {

@@ -58,6 +58,16 @@ func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot 
 	}, nil
 }
 
+// forTable stamps the outbox table, and the database it is in, on every
+// message from now on: with the system, the identity the stream is
+// compared by (sink.Source.SameTable).
+func (s *source) forTable(table contract.Table) *source {
+	src := s.stamp.Source()
+	src.Database, src.Table = s.repl.Database, table.String()
+	s.stamp.Set(src)
+	return s
+}
+
 // identifySystem runs IDENTIFY_SYSTEM on a replication connection of its
 // own.
 func identifySystem(ctx context.Context, repl *pgconn.Config) (pglogrepl.IdentifySystemResult, error) {

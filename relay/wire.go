@@ -140,7 +140,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
-	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot)
+	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot).WithTable(cfg.Table)
 	if opened, err = repl.wait(); err != nil {
 		// Tried before Postgres answered: OpenPool waits for it, Open
 		// does not. Once more, now that it does.
@@ -155,6 +155,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
+	src.forTable(cfg.Table)
 	if up.pub, err = r.newPublisher(ctx, stream, store, src.stamp); err != nil {
 		return up, err
 	}

@@ -25,6 +25,11 @@ type Source struct {
 	// where it is not known yet (rows published from the slot's snapshot
 	// while it is created).
 	Origin pglogrepl.LSN
+	// Database and Table (schema.table) name the outbox table the events
+	// come from: with System, the space an event's id is unique in (see
+	// SameTable). Empty on messages of relays older than the
+	// Outbox-Source-Database and Outbox-Source-Table headers.
+	Database, Table string
 }
 
 // IsZero reports whether s identifies nothing.
@@ -44,6 +49,34 @@ func (s Source) SameRelay(m Source) bool {
 // compared too.
 func (s Source) SameSlot(m Source) bool {
 	return s.SameRelay(m) && s.Origin != 0 && s.Origin == m.Origin
+}
+
+// SameTable reports whether a message stamped with m carries an event of
+// the table s describes, read from the same Postgres system, whatever the
+// slot (or polling relay) that published it: the event's id then names
+// the same event, so the stream holds it. This is the identity every
+// take-up compares by, never the slot's name. A message without the table
+// headers (an older relay's) is taken for the table's only when it also
+// names s's slot: an older relay read one table per slot. A zero s
+// matches nothing.
+func (s Source) SameTable(m Source) bool {
+	if s.IsZero() || s.System != m.System {
+		return false
+	}
+	if s.Table == "" || m.Table == "" {
+		return s.Slot == m.Slot
+	}
+	return s.Database == m.Database && s.Table == m.Table
+}
+
+// OfTable reports whether a stored message may carry an event of the
+// table src describes, for comparing the table with the stream (verify,
+// status, a take-up): the same system and table (Source.SameTable), or
+// not stamped at all (published by a relay older than the Outbox-Source-*
+// headers, which may be this table's). A zero src takes every relay
+// message for its own.
+func OfTable(ev StoredEvent, src Source) bool {
+	return src.IsZero() || ev.Source.IsZero() || src.SameTable(ev.Source)
 }
 
 // OwnedBy reports whether a stored message may be the relay's whose

@@ -31,6 +31,20 @@ type StoredEvent struct {
 	// Outbox-Event-Id header, decoded), also one a Nats-Msg-Id cannot
 	// carry; "" for other messages.
 	RowID string
+	// Replay says which command published the message again from the
+	// table by hand (contract.HeaderReplay), "" for a relay's message.
+	Replay string
+}
+
+// OneShot reports whether the message was published from the table by
+// hand (verify --republish, dlq retry), after messages of later commits:
+// it has no place in its relay's commit order, so it never tells where a
+// replay starts. Messages published before the Outbox-Replay header are
+// recognised by what only they carry: commit LSN 0/0 with the slot's
+// creation point (rows a take-up publishes from the slot's snapshot go out
+// before that point is known).
+func (ev StoredEvent) OneShot() bool {
+	return ev.Replay != "" || (ev.Position.CommitLSN == 0 && ev.Source.Origin != 0)
 }
 
 // StoredID returns the id under which a destination holds ev, as it is

@@ -57,6 +57,10 @@ type pgFacts struct {
 	// rows; PayloadRows how many rows were read.
 	LargestPayload int64
 	PayloadRows    int64
+	// Others are the other slots recorded in the records table;
+	// OthersErr says why they could not be read.
+	Others    []checkpoint.OtherSlot
+	OthersErr string
 }
 
 type pubFacts struct {
@@ -128,6 +132,7 @@ func readPG(ctx context.Context, pool *pgxpool.Pool, o PGOptions) (pgFacts, erro
 	if err := readSlot(ctx, pool, o.Slot, &f); err != nil {
 		return f, err
 	}
+	readOthers(ctx, pool, o, &f)
 	if f.Grants.TableExists && f.Grants.TableSelect && !hasProblem(f.Preflight, replication.ProblemTable) {
 		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(octet_length(payload::text)), 0), count(*) FROM (SELECT payload FROM %s LIMIT %d) s`,
 			o.Table.Quoted(), payloadSample)).Scan(&f.LargestPayload, &f.PayloadRows)

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -91,22 +92,63 @@ func (w *wireMsg) stampSource() {
 	w.set(contract.HeaderSourceSystem, v.system)
 	w.set(contract.HeaderSourceTimeline, v.timeline)
 	w.set(contract.HeaderSourceSlot, v.slot)
-	if v.origin == "" {
-		delete(w.msg.Header, contract.HeaderSourceOrigin)
-	} else {
-		w.set(contract.HeaderSourceOrigin, v.origin)
+	for _, o := range v.optional() {
+		if o.value == "" {
+			delete(w.msg.Header, o.key)
+		} else {
+			w.set(o.key, o.value)
+		}
 	}
 }
 
+// withReplay marks every message filled from now on as published again
+// by hand (contract.HeaderReplay), for the reason given.
+func (w *wireMsg) withReplay(reason string) *wireMsg {
+	if reason != "" {
+		w.set(contract.HeaderReplay, reason)
+	}
+	return w
+}
+
 // sourceHeaders are a Source's header values.
-type sourceHeaders struct{ system, timeline, slot, origin string }
+type sourceHeaders struct{ system, timeline, slot, origin, database, table string }
+
+// optional are the headers a Source may lack, with their values ("" for
+// none).
+func (h sourceHeaders) optional() []struct{ key, value string } {
+	return []struct{ key, value string }{
+		{contract.HeaderSourceOrigin, h.origin},
+		{contract.HeaderSourceDatabase, h.database},
+		{contract.HeaderSourceTable, h.table},
+	}
+}
 
 func formatSource(src sink.Source) sourceHeaders {
-	h := sourceHeaders{system: src.System, slot: src.Slot, timeline: strconv.FormatUint(uint64(src.Timeline), 10)}
+	h := sourceHeaders{system: src.System, slot: src.Slot, timeline: strconv.FormatUint(uint64(src.Timeline), 10),
+		database: encodeName(src.Database), table: encodeName(src.Table)}
 	if src.Origin != 0 {
 		h.origin = formatLSN(src.Origin)
 	}
 	return h
+}
+
+// encodeName is how a database or table name travels in a header:
+// percent-encoded when it holds '%' or anything a header cannot carry
+// exactly, so that decodeName gives it back.
+func encodeName(v string) string {
+	if headerSafe(v) && !strings.Contains(v, "%") {
+		return v
+	}
+	return percentEncode(v)
+}
+
+// decodeName reverses encodeName; ok is false for a malformed escape.
+func decodeName(v string) (string, bool) {
+	if !strings.Contains(v, "%") {
+		return v, true
+	}
+	s, err := url.PathUnescape(v)
+	return s, err == nil
 }
 
 // SetSourceHeaders puts src in h, as a Publisher stamps its messages (for
@@ -116,10 +158,12 @@ func SetSourceHeaders(h nats.Header, src sink.Source) {
 	h.Set(contract.HeaderSourceSystem, v.system)
 	h.Set(contract.HeaderSourceTimeline, v.timeline)
 	h.Set(contract.HeaderSourceSlot, v.slot)
-	if v.origin != "" {
-		h.Set(contract.HeaderSourceOrigin, v.origin)
-	} else {
-		h.Del(contract.HeaderSourceOrigin)
+	for _, o := range v.optional() {
+		if o.value != "" {
+			h.Set(o.key, o.value)
+		} else {
+			h.Del(o.key)
+		}
 	}
 }
 

@@ -65,6 +65,10 @@ type Config struct {
 	// Source, when set, is stamped on every message (the Outbox-Source-*
 	// headers), so that the relay can tell its messages from others'.
 	Source *sink.Stamp
+	// Replay, when set, marks every message as published again by hand
+	// (contract.HeaderReplay, with this value): a one-shot publish from
+	// the table, outside any slot's commit order.
+	Replay string
 	// FirstStored, when set, is called once, when the first message is
 	// stored (its PubAck received), on the goroutine receiving PubAcks,
 	// with the Publisher's lock held: it must not block. The relay ends its
@@ -217,7 +221,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
 		instance: newInstance(),
-		wire:     newWireMsg().withSource(cfg.Source),
+		wire:     newWireMsg().withSource(cfg.Source).withReplay(cfg.Replay),
 		subjects: sink.NewSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
 		mask:     uint64(size - 1),
@@ -406,7 +410,7 @@ func (p *Publisher) connectionSeenLocked(conn uint64) {
 // Rejects returns why ev cannot be published as it is (it would go to the
 // dead-letter subject), or "" when it can.
 func (p *Publisher) Rejects(ev *decode.Event) string {
-	w := newWireMsg().withSource(p.cfg.Source)
+	w := newWireMsg().withSource(p.cfg.Source).withReplay(p.cfg.Replay)
 	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
 	p.sendMu.Lock() // guards maxSize
 	defer p.sendMu.Unlock()

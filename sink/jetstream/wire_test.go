@@ -249,3 +249,62 @@ func TestWireOwnHeaders(t *testing.T) {
 		t.Errorf("dead letter lost the event's headers: %v", w.msg.Header)
 	}
 }
+
+// TestWireTableIdentity: the database and table travel with the source,
+// exactly (a name with '%' or spaces is percent-encoded and read back),
+// and the one-shot mark with every message of a publisher that sets it;
+// SameTable takes a message for the table's by system, database and table
+// whatever the slot, and an older relay's (without the table headers) only
+// by its slot.
+func TestWireTableIdentity(t *testing.T) {
+	src := sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x10, Database: "my db 100%", Table: "public.outbox_events"}
+	w := newWireMsg().withSource(sink.NewStamp(src)).withReplay(contract.ReplayRetry)
+	ev := &decode.Event{ID: "id-1", AggregateType: "order", AggregateID: "42", EventType: "created", Payload: []byte(`{}`)}
+	w.fillEvent(ev, "outbox.order.created", "r")
+	if got := w.msg.Header.Get(contract.HeaderSourceDatabase); got != "my%20db%20100%25" {
+		t.Errorf("%s = %q", contract.HeaderSourceDatabase, got)
+	}
+	got, ok := ParseStored(&natsjs.RawStreamMsg{Header: w.msg.Header})
+	if !ok || got.Source != src || got.Replay != contract.ReplayRetry || !got.OneShot() {
+		t.Errorf("ParseStored: %+v (ok %v), want source %+v marked %q", got, ok, src, contract.ReplayRetry)
+	}
+	w.fillDeadLetter(ev, ev.ID, "dlq", "r", "outbox.order.created", "too large", 1000)
+	if w.msg.Header.Get(contract.HeaderReplay) != contract.ReplayRetry {
+		t.Errorf("a dead letter of a one-shot publish is not marked: %v", w.msg.Header)
+	}
+	if plain := newWireMsg().withSource(sink.NewStamp(src)); true {
+		plain.fillEvent(ev, "outbox.order.created", "r")
+		if _, ok := plain.msg.Header[contract.HeaderReplay]; ok {
+			t.Error("a relay's message marked as a one-shot")
+		}
+	}
+	h := nats.Header{contract.HeaderMsgID: {"a"}, contract.HeaderCommitLSN: {"0/10"}, contract.HeaderTxnIndex: {"0"}}
+	SetSourceHeaders(h, src)
+	h.Set(contract.HeaderSourceTable, "bad%zz")
+	if _, ok := ParseStored(&natsjs.RawStreamMsg{Header: h}); ok {
+		t.Error("a malformed table header was read")
+	}
+
+	me := sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox_events"}
+	for _, c := range []struct {
+		m    sink.Source
+		same bool
+	}{
+		{sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "renamed", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "poll:public.outbox_events", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox2"}, false},
+		{sink.Source{System: "1", Slot: "s", Database: "other", Table: "public.outbox_events"}, false},
+		{sink.Source{System: "2", Slot: "s", Database: "app", Table: "public.outbox_events"}, false},
+		{sink.Source{System: "1", Slot: "s"}, true},        // an older relay of this slot
+		{sink.Source{System: "1", Slot: "renamed"}, false}, // an older relay of another slot: table unknown
+		{sink.Source{}, false},
+	} {
+		if got := me.SameTable(c.m); got != c.same {
+			t.Errorf("SameTable(%+v) = %v, want %v", c.m, got, c.same)
+		}
+	}
+	if !sink.OfTable(sink.StoredEvent{}, me) || sink.OfTable(sink.StoredEvent{Source: sink.Source{System: "2"}}, me) {
+		t.Error("OfTable: an unstamped message is not taken for the table's, or another system's is")
+	}
+}
