@@ -132,6 +132,7 @@ type Publisher struct {
 	bytes    int    // payload bytes held by unsettled slots
 	healthy  bool   // false from a failure until recovery resent everything
 	problem  error  // the failure that started the current outage
+	latest   error  // the newest failure of the current outage
 	// streamName is Config.Stream's name, lastStreamSeq the newest
 	// sequence in it of a released message (settled, and every earlier
 	// one too): an unacknowledged message it holds comes after it. PubAcks
@@ -139,6 +140,7 @@ type Publisher struct {
 	// nothing about it: deadStream is that stream, deadSeq the same mark
 	// in it.
 	streamName    string
+	replicas      int // Config.Stream's, as of NewPublisher
 	lastStreamSeq uint64
 	deadStream    string
 	deadSeq       uint64
@@ -150,6 +152,11 @@ type Publisher struct {
 
 	recordLogs *retry.LogLimiter
 	stored     bool // a message was stored (FirstStored was called)
+	// blocked is what keeps the stream from storing the next event, as
+	// recovery last found it (Run's goroutine only); nil when nothing
+	// known does.
+	blocked      *Blocked
+	blockedSince time.Time
 
 	acked atomic.Uint64 // every sequence number <= acked is settled
 	room  chan struct{} // a slot was freed
@@ -215,7 +222,8 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 	p.conn = p.connection()
 	if cfg.Stream != nil {
 		if info := cfg.Stream.CachedInfo(); info != nil {
-			p.streamName = info.Config.Name
+			p.streamName, p.replicas = info.Config.Name, info.Config.Replicas
+			metrics.roomFor(p.streamName)
 		}
 	}
 	p.maxSize = int(nc.MaxPayload())
@@ -632,6 +640,7 @@ func (p *Publisher) advanceLocked() {
 func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
 	p.metrics.failed(s.ev.EventType)
+	p.latest = err
 	if !p.healthy {
 		return
 	}
@@ -659,7 +668,7 @@ func failureReason(err error) string {
 		return "disconnected"
 	case errors.Is(err, ErrNoResponders):
 		return "no_responders"
-	case errors.As(err, &se) && se.ErrCode == errCodeStoreFailed:
+	case noRoom(err):
 		return "stream_full"
 	case errors.As(err, &se) && Permanent(err):
 		return "rejected"
