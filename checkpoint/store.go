@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // RecordsTable is the table, in the outbox table's schema, where the relay
@@ -124,6 +126,11 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return Record{}, &contract.FatalError{Err: fmt.Errorf("read the relay's record of slot %q from %s: %w", s.slot, s.table, err),
+			Hint: "grant the relay's role what it needs: `outbox-relay migrate --relay-role ROLE` creates such a role, or run `outbox-relay doctor` for the GRANT statements it lacks"}
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing or older than the relay): %w", s.slot, s.table, err)

@@ -148,7 +148,7 @@ func createStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log
 		return EnsureStream(ctx, js, spec, log)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("create stream %q with subjects %v: %w", spec.Name, cfg.Subjects, err)
+		return cfg, createError(ctx, js, spec, cfg, err)
 	}
 	created := stream.CachedInfo().Config
 	log.Info().Str("stream", spec.Name).Strs("subjects", created.Subjects).Dur("duplicate_window", created.Duplicates).
@@ -197,9 +197,11 @@ func coveredBy(filters []string, pattern string) bool {
 	return false
 }
 
+// checkStreamName refuses a name JetStream refuses: a configuration
+// error (ErrStreamConfig), not an outage to wait out.
 func checkStreamName(name string) error {
 	if name == "" || strings.ContainsAny(name, ".*> \t\r\n/\\") {
-		return fmt.Errorf("stream name %q: must be non-empty without '.', '*', '>', '/', '\\' or whitespace", name)
+		return fmt.Errorf("%w: stream name %q: must be non-empty without '.', '*', '>', '/', '\\' or whitespace: change --stream (OUTBOX_STREAM)", ErrStreamConfig, name)
 	}
 	return nil
 }
