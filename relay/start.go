@@ -317,12 +317,20 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 }
 
 // publishMissing publishes the rows db sees (those matching where, when
-// set) that the stream lacks.
+// set) that the stream lacks. Rows older than what the stream's own
+// limits (max age, size, count) left in it are not compared: their
+// events were removed, not lost, and the log says how many were left out.
 func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
 	cfg := s.cfg
-	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, Since: since})
+	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, Since: since, WithinHorizon: true})
 	if err != nil {
 		return 0, err
+	}
+	if l := rep.LeftOut; l != nil {
+		s.log.Warn().Int("left_out", l.Rows).Time("before", l.Before).Time("from", l.First).Str("oldest_event_id", l.OldestID).Str("limits", l.Limits).
+			Str("fix", fmt.Sprintf("if some of them never reached the stream, publish them: outbox-relay verify --since %s --until %s --republish",
+				l.First.UTC().Truncate(time.Second).Format(time.RFC3339), l.Before.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339))).
+			Msg("left out the rows created at or before the oldest event the stream holds: the stream's limits removed their events, which are not lacking")
 	}
 	s.log.Warn().Int("missing", len(rep.Missing)).Int("rows", rep.Rows).Int("messages", rep.Messages).
 		Msg("publishing the committed rows the stream lacks")
