@@ -36,11 +36,11 @@ type startCase struct {
 	want []string
 }
 
-// TestStartupErrors: every error a start can meet, on real servers. Each
+// TestErrorsAtStart: every error a start can meet, on real servers. Each
 // configuration error ends the process with a non-zero exit and says how
 // to fix it; each outage (a server down, silent, without a JetStream
 // leader) is retried, and the relay streams once it ends.
-func TestStartupErrors(t *testing.T) {
+func TestErrorsAtStart(t *testing.T) {
 	var cases []startCase
 	cases = append(cases, postgresCases()...)
 	cases = append(cases, natsCases()...)
