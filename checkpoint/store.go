@@ -163,6 +163,11 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return Record{}, &contract.FatalError{Err: fmt.Errorf("read the relay's record of slot %q from %s: %w", s.slot, s.table, err),
+			Hint: "grant the relay's role what it needs: `outbox-relay migrate --relay-role ROLE` creates such a role, or run `outbox-relay doctor` for the GRANT statements it lacks"}
+	}
 	if err != nil {
 		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing or older than the relay): %w", s.slot, s.table, err)
 	}
