@@ -23,6 +23,10 @@ const (
 	// HeaderCommitLSN is the commit LSN of the event's transaction, in
 	// Postgres text form (0/1A2B3C4).
 	HeaderCommitLSN = "Outbox-Commit-Lsn"
+	// HeaderTable is the outbox table the event was inserted into, as
+	// schema.table; absent for a table-less event (a logical decoding
+	// message).
+	HeaderTable = "Outbox-Table"
 	// HeaderTxnIndex is the event's index within its transaction.
 	HeaderTxnIndex = "Outbox-Txn-Index"
 	// HeaderPercentEncoded lists, comma-separated, the headers whose
