@@ -46,7 +46,7 @@ func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store
 	pc.Source = src.stampOrNil()
 	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, reason string) error {
 		o.mu.Lock()
-		o.dead[ev.ID] = reason
+		o.dead[core.DeadLetterKey(ev)] = reason
 		o.mu.Unlock()
 		return record(ctx, ev, reason)
 	}
@@ -106,8 +106,9 @@ func (o *OneShot) Finish(ctx context.Context) error {
 	return nil
 }
 
-// DeadLettered returns the reason the event with this id was dead-lettered
-// again, if it was.
+// DeadLettered returns the reason the event with this dead-letter key
+// (core.DeadLetterKey: its id, qualified by its table when the relay
+// reads several) was dead-lettered again, if it was.
 func (o *OneShot) DeadLettered(id string) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -51,13 +51,14 @@ func OpenStream(ctx context.Context, d Deps, p Publishing) (*jetstream.Stream, e
 
 // DeadLetterKey names a dead-lettered event in Postgres: its id as the row
 // holds it, also when a Nats-Msg-Id cannot carry it (whitespace), so that
-// the dead-letter view and `dlq retry` find its row; its position only
-// when it has no id at all.
+// the dead-letter view and `dlq retry` find its row; qualified by its
+// table (schema.table/id) when the relay reads several tables, whose ids
+// may be equal; its position only when it has no id at all.
 func DeadLetterKey(ev *decode.Event) string {
 	if ev.ID == "" {
 		return ev.Position.String()
 	}
-	return ev.ID
+	return ev.MsgID()
 }
 
 // RecordDeadLetter returns the destination's callback that records a dead

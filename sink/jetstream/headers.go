@@ -145,7 +145,7 @@ func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
 // that routes its PubAck back.
 func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.reset(subject, reply, ev.Payload)
-	w.set(contract.HeaderMsgID, ev.ID)
+	w.set(contract.HeaderMsgID, ev.MsgID())
 	w.fillCommon(ev, nil)
 }
 
@@ -167,7 +167,7 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, rea
 
 // optionalHeaders are set for some messages only; reset removes them. The
 // others are overwritten in place, so their slices are reused.
-var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
+var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderTable, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
 	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted}
 
 func (w *wireMsg) reset(subject, reply string, data []byte) {
@@ -189,6 +189,9 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	if ev.CreatedAt != "" {
 		w.set(contract.HeaderCreatedAt, ev.CreatedAt)
 	}
+	if ev.Table != "" {
+		w.set(contract.HeaderTable, ev.Table)
+	}
 	if ev.Position.CommitLSN != w.lsnKey || w.lsnText == "" {
 		// Every event of a transaction shares its commit LSN: format it once.
 		w.lsnKey, w.lsnText = ev.Position.CommitLSN, formatLSN(ev.Position.CommitLSN)
@@ -206,13 +209,11 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	}
 }
 
-// deadLetterMsgID is the Nats-Msg-Id of ev's dead letter. An id that cannot
-// be a message id is replaced by the event's WAL position.
+// deadLetterMsgID is the Nats-Msg-Id of ev's dead letter: that of its
+// message id (qualified by its table when the relay reads several). An
+// id that cannot be a message id is replaced by the event's WAL position.
 func deadLetterMsgID(ev *decode.Event) string {
-	if contract.CheckID(ev.ID) != "" {
-		return contract.DeadLetterMsgID(ev.Position.String())
-	}
-	return contract.DeadLetterMsgID(ev.ID)
+	return contract.DeadLetterMsgID(sink.StoredID(ev))
 }
 
 // truncateValue keeps dead-letter diagnostics small enough for a header.

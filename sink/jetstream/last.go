@@ -93,6 +93,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 		AggregateType: msg.Header.Get(contract.HeaderAggregateType),
 		AggregateID:   msg.Header.Get(contract.HeaderAggregateID),
 		CreatedAt:     msg.Header.Get(contract.HeaderCreatedAt),
+		Table:         msg.Header.Get(contract.HeaderTable),
 	}
 	pos, ok := parsePosition(msg)
 	if !ok {

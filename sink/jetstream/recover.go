@@ -329,7 +329,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 		if s.deadLetter != "" || s.ev.Problem != "" {
 			dead[deadLetterMsgID(&s.ev)] = seq
 		} else {
-			events[s.ev.ID] = seq
+			events[s.ev.MsgID()] = seq
 		}
 	}
 	p.mu.Unlock()
