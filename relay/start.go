@@ -278,10 +278,11 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 // the stream lacks. Streaming then starts exactly after them.
 func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe *pipeline, t takeUp) (pglogrepl.LSN, int, error) {
 	cfg := s.cfg
-	src, err := NewRowSource(ctx, s.pool, cfg.Table)
+	src, err := NewRowSource(ctx, s.pool, cfg.Table, cfg.MoreTables...)
 	if err != nil {
 		return 0, 0, err
 	}
+	unprocessed := src.Having("processed_at")
 	var published int
 	began := time.Now()
 	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, s.slotOptions(), func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
@@ -298,12 +299,14 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 		switch {
 		case t.kind == checkpoint.KindRepair:
 			published, err = s.publishMissing(ctx, tx, src, "", t.since, offer)
-		case !src.Has("processed_at"):
-			s.log.Warn().Str("table", cfg.Table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+		case unprocessed == nil:
+			s.warnNoProcessedAt(src)
 		case t.redo:
-			published, err = s.publishMissing(ctx, tx, src, "processed_at IS NULL", time.Time{}, offer)
+			s.warnNoProcessedAt(src)
+			published, err = s.publishMissing(ctx, tx, unprocessed, "processed_at IS NULL", time.Time{}, offer)
 		default:
-			published, err = src.Each(ctx, tx, "processed_at IS NULL", nil, offer)
+			s.warnNoProcessedAt(src)
+			published, err = unprocessed.Each(ctx, tx, "processed_at IS NULL", nil, offer)
 		}
 		return err
 	})
@@ -316,11 +319,19 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 	return point, published, nil
 }
 
+// warnNoProcessedAt says which tables' rows present at the slot's
+// creation are not published, for want of a processed_at column.
+func (s *starter) warnNoProcessedAt(src *RowSource) {
+	for _, t := range src.Without("processed_at") {
+		s.log.Warn().Str("table", t.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+	}
+}
+
 // publishMissing publishes the rows db sees (those matching where, when
 // set) that the stream lacks.
 func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
 	cfg := s.cfg
-	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, Since: since})
+	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, MoreTables: cfg.MoreTables, Since: since})
 	if err != nil {
 		return 0, err
 	}
@@ -329,15 +340,12 @@ func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *Ro
 	if len(rep.Missing) == 0 {
 		return 0, nil
 	}
-	if where != "" {
-		where += " AND "
-	}
-	return src.Each(ctx, db, where+"id::text = ANY($1)", []any{rep.Missing}, offer)
+	return src.EachKey(ctx, db, where, rep.Missing, offer)
 }
 
 // publicationIdentity reads how the publication holds the table now.
 func (s *starter) publicationIdentity(ctx context.Context) (string, error) {
-	return replication.PublicationIdentity(ctx, s.pool, s.cfg.Table, s.cfg.Publication)
+	return replication.PublicationIdentities(ctx, s.pool, s.cfg.Tables(), s.cfg.Publication)
 }
 
 // samePublication refuses a publication that changed since the slot was
@@ -362,8 +370,10 @@ func (s *starter) comparePublication(now, recorded string) error {
 	return &contract.FatalError{
 		Err: fmt.Errorf("publication %q changed since the relay took up slot %q (was %q, now %q): inserts made while the table was not published the same way may not have been decoded",
 			s.cfg.Publication, s.cfg.Slot, recorded, now),
-		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert'))", s.cfg.Table, s.cfg.Publication),
-		Gap:  true,
+		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert')); "+
+			"if the relay's tables changed (a --table added or removed), that is a new take-up: run once with --recreate-slot, which publishes from the new slot's snapshot only what the stream lacks",
+			contract.JoinTables(s.cfg.Tables()), s.cfg.Publication),
+		Gap: true,
 	}
 }
 
@@ -377,7 +387,7 @@ func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := replication.CheckPublication(ctx, s.pool, s.cfg.Table, s.cfg.Publication); err != nil {
+	if err := replication.CheckPublicationTables(ctx, s.pool, s.cfg.Tables(), s.cfg.Publication); err != nil {
 		return 0, err
 	}
 	id, err := s.publicationIdentity(ctx)

@@ -130,10 +130,12 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	defer lockConn.discard(closeConn) // unless the starter took it
 	checked = runAhead(ctx, func(ctx context.Context) (struct{}, error) {
 		defer startup.Phase(ctx, "setup_check")()
-		if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
+		if err := replication.CheckTables(ctx, pool, cfg.Tables(), cfg.Publication); err != nil {
 			return struct{}{}, err
 		}
-		warnForeignHeaders(ctx, pool, cfg.Table, log)
+		for _, t := range cfg.Tables() {
+			warnForeignHeaders(ctx, pool, t, log)
+		}
 		return struct{}{}, nil
 	})
 	stream, err := streamAhead.wait()
