@@ -116,7 +116,7 @@ func (r *RowSource) keyExpr(t rowTable) string {
 	if !r.qualify {
 		return "id::text"
 	}
-	return "'" + contract.QualifiedID(t.table.String(), "") + "' || id::text"
+	return "'" + strings.ReplaceAll(contract.QualifiedID(t.table.String(), ""), "'", "''") + "' || id::text"
 }
 
 func (r *RowSource) each(ctx context.Context, db verify.Querier, where func(rowTable) string, args []any, fn func(*decode.Event) error) (int, error) {

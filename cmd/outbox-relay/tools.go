@@ -102,12 +102,13 @@ func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolo
 	return nil
 }
 
-// publishIDs publishes the table's rows with the given ids, in commit
-// order, and waits for their PubAcks. admit, when set, sees every row
+// publishIDs publishes the rows with the given keys (ids, qualified by
+// their table when the relay reads several: see relay.RowSource.EachKey),
+// in commit order, and waits for their PubAcks. admit, when set, sees every row
 // found, with the publisher, and may hold it back. It returns the
 // publisher (to ask what was dead-lettered) and how many rows were found.
 func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
-	src, err := relay.NewRowSource(ctx, t.pool, n.table)
+	src, err := relay.NewRowSource(ctx, t.pool, n.table, n.more...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -117,7 +118,7 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerol
 	if err != nil {
 		return nil, 0, err
 	}
-	count, err := src.Each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
+	count, err := src.EachKey(ctx, t.pool, "", ids, func(ev *decode.Event) error {
 		if admit != nil && !admit(o, ev) {
 			return nil
 		}

@@ -36,7 +36,7 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	defer tools.close()
-	opts := verify.Options{Table: n.table, Since: c.Since, Until: c.Until}
+	opts := verify.Options{Table: n.table, MoreTables: n.more, Since: c.Since, Until: c.Until}
 	rep, err := verify.Run(ctx, tools.pool, tools.stream.Reader(nil), opts)
 	if err != nil {
 		return err
