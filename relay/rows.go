@@ -176,7 +176,8 @@ func commitTimestamps(ctx context.Context, db verify.Querier) (bool, error) {
 
 // query returns the SELECT of the rows where chooses. One table is read
 // as relays of one table always read it; several in one UNION ALL,
-// ordered across them, with each row's table index last.
+// ordered across them, with each row's table index last (as text, like
+// every column: the rows are read raw).
 func (r *RowSource) query(where func(rowTable) string, commitOrder bool) string {
 	if !r.several() {
 		t := r.tables[0]
@@ -207,7 +208,7 @@ func (r *RowSource) query(where func(rowTable) string, commitOrder bool) string 
 	if commitOrder {
 		order = "commit_ts NULLS FIRST, " + order
 	}
-	return `SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at, headers, table_index FROM (` +
+	return `SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at, headers, table_index::text AS table_ix FROM (` +
 		strings.Join(parts, " UNION ALL ") + `) AS rows ORDER BY ` + order
 }
 
