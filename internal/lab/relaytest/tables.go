@@ -3,6 +3,7 @@ package relaytest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,8 +130,13 @@ func (e *Env) CheckTables() verify.Report {
 		e.T.Fatal(err)
 	}
 	if !rep.OK() {
-		e.T.Fatalf("table vs stream: %d rows, %d messages; missing %v, extra %v, duplicated %v, out of order %v, unparsed %v",
-			rep.Rows, rep.Messages, rep.Missing, rep.Extra, rep.Duplicates, rep.OrderViolations, rep.Unparsed)
+		dups := make([]string, 0, len(rep.Duplicates))
+		for id, n := range rep.Duplicates {
+			dups = append(dups, fmt.Sprintf("%s×%d", id, n))
+		}
+		slices.Sort(dups)
+		e.T.Fatalf("table vs stream: %d rows, %d messages; missing %d %v, extra %d %v, duplicated %d %v, out of order %v, unparsed %v",
+			rep.Rows, rep.Messages, len(rep.Missing), first(rep.Missing), len(rep.Extra), first(rep.Extra), len(dups), first(dups), rep.OrderViolations, rep.Unparsed)
 	}
 	seen := map[string]uint64{}
 	for _, m := range StreamInOrder(e.T, e) {
@@ -142,6 +148,9 @@ func (e *Env) CheckTables() verify.Report {
 	}
 	return rep
 }
+
+// first returns up to ten of ids, for a failure message.
+func first(ids []string) []string { return ids[:min(len(ids), 10)] }
 
 // subjectFilter is the filter of the Env's subject template.
 func subjectFilter(e *Env) string {
