@@ -64,6 +64,11 @@ func (c *migrateCmd) migrate(ctx context.Context, conn *pgx.ConnConfig, names mi
 	if len(applied) == 0 {
 		log.Info().Msg("database already up to date")
 	}
+	// The table may have been migrated for another publication before
+	// (a relay of one table that now reads several): add it to this one.
+	if err := migrations.AddToPublication(ctx, conn, names); err != nil {
+		return err
+	}
 	if c.Source == sourcePoll {
 		log.Info().Str("index", names.PendingIndex()).Msg("setting the table up for polling (CREATE INDEX CONCURRENTLY: inserts go on; a large table takes a while)")
 		if err := migrations.InstallPoll(ctx, conn, names); err != nil {

@@ -210,3 +210,31 @@ func TestSeveralTablesDeadLetters(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateSeveralTables: migrate with several tables puts every one in
+// the publication named, also a table migrated before for another
+// publication (a relay of one table that now reads several).
+func TestMigrateSeveralTables(t *testing.T) {
+	env := suite.NewEnv(t) // outbox_events, migrated for outbox_pub
+	env.Exec(`CREATE SCHEMA billing`)
+	out, err := suite.Relay.RunCLI(t, "migrate", "--pg-url", env.PGURL, "--publication", "both_pub", "--log-format", "json",
+		"--table", env.Table.String(), "--table", invoicesTable.String())
+	if err != nil {
+		t.Fatalf("migrate two tables: %v\n%s", err, out)
+	}
+	rows, err := env.Pool.Query(context.Background(), `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'both_pub' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if want := []string{"billing.invoice_events", "public.outbox_events"}; !slices.Equal(got, want) {
+		t.Errorf("publication both_pub holds %v, want %v", got, want)
+	}
+}
