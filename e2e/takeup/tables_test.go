@@ -1,6 +1,7 @@
 package takeup
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +71,47 @@ func TestSeveralTablesNoDuplicatesAfterLongDowntime(t *testing.T) {
 	relay.Drain(30 * time.Second)
 	rep := env.CheckTables()
 	t.Logf("%d events of two tables checked, %d messages", rep.Rows, rep.Messages)
+}
+
+// TestAddingATable: a relay of one table, stopped, is started with a
+// second table. The publication it recorded changed: it stops with the
+// gap and says to run --recreate-slot; that run publishes, from the new
+// slot's snapshot, only the rows the stream lacks (the events stored with
+// plain ids before count as the first table's), then streams both tables
+// with qualified ids. Nothing is stored twice.
+func TestAddingATable(t *testing.T) {
+	env := suite.NewEnv(t)
+	a := contract.Table{Schema: "public", Name: "a_events"}
+	b := contract.Table{Schema: "shop", Name: "b_events"}
+	suite.UseTables(t, env, []contract.Table{a})
+	row := relaytest.NewRow("order", "1", "created", `{}`)
+	relay := suite.StartRelay(t, env)
+	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
+	for range 3 {
+		env.TxIn(relaytest.In(a, row))
+	}
+	env.WaitStored(3, 30*time.Second)
+	relay.Drain(30 * time.Second)
+
+	suite.UseTables(t, env, []contract.Table{a, b})
+	env.TxIn(relaytest.In(b, row), relaytest.In(a, row)) // while no relay runs
+	relay = suite.StartRelay(t, env)
+	if code := relay.Wait(30 * time.Second); code == 0 || !strings.Contains(relay.Logs(), "--recreate-slot") {
+		t.Fatalf("the relay started on a changed list of tables (exit %d) without saying to run --recreate-slot:\n%s", code, relay.Logs())
+	}
+	relay = suite.StartRelay(t, env, "--recreate-slot")
+	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
+	if n, ok := relaytest.LogNumber(relay, "publishing the committed rows the stream lacks", "missing"); !ok || n != 2 {
+		t.Errorf("the repair found %v rows missing (%v), want the 2 written while no relay ran", n, ok)
+	}
+	added := env.TxIn(relaytest.In(a, row), relaytest.In(b, row))
+	env.WaitStored(env.CountRows(), 30*time.Second)
+	env.WaitSlotCaughtUp(30 * time.Second)
+	byID := relaytest.StoredByID(t, env)
+	for _, id := range added {
+		if byID[id] == nil {
+			t.Errorf("event %s is not stored under its qualified id", id)
+		}
+	}
+	env.CheckTables()
 }

@@ -19,7 +19,7 @@ import (
 // serialTableDDL is the seed's outbox table with a bigserial id instead
 // of a UUID: the ids of two such tables collide (both count from 1),
 // which is what a relay of several tables must tell apart.
-const serialTableDDL = `CREATE TABLE %s (
+const serialTableDDL = `CREATE TABLE IF NOT EXISTS %s (
     id             BIGSERIAL    PRIMARY KEY,
     aggregate_type VARCHAR(100) NOT NULL,
     aggregate_id   VARCHAR(100) NOT NULL,
@@ -31,7 +31,7 @@ const serialTableDDL = `CREATE TABLE %s (
 )`
 
 // UseTables makes tables the Env's relay's outbox tables: each is created
-// (in its schema) with a bigserial id, then `outbox-relay migrate` with a
+// (in its schema) with a bigserial id unless it exists, then `outbox-relay migrate` with a
 // --table for each adds them to the Env's publication, as a user would;
 // Table becomes the first and MoreTables the rest. migrateArgs are added
 // to migrate's command line (--relay-role, say).
@@ -41,8 +41,10 @@ func (s *Suite) UseTables(t testing.TB, env *Env, tables []contract.Table, migra
 		env.Exec(`CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{table.Schema}.Sanitize())
 		env.Exec(fmt.Sprintf(serialTableDDL, table.Quoted()))
 	}
-	// The Env's own table leaves the publication: the relay reads these.
-	env.Exec(`ALTER PUBLICATION ` + pgx.Identifier{env.Pub}.Sanitize() + ` DROP TABLE ` + env.Table.Quoted())
+	if !slices.Contains(tables, env.Table) {
+		// The Env's own table leaves the publication: the relay reads these.
+		env.Exec(`ALTER PUBLICATION ` + pgx.Identifier{env.Pub}.Sanitize() + ` DROP TABLE ` + env.Table.Quoted())
+	}
 	args := []string{"migrate", "--pg-url", env.PGURL, "--publication", env.Pub, "--log-format", "json"}
 	for _, table := range tables {
 		args = append(args, "--table", table.String())
