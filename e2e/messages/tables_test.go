@@ -87,6 +87,9 @@ func TestSeveralTables(t *testing.T) {
 		t.Errorf("streamed events stored in the order\n%v\nwant the commit order\n%v", inWAL, streamed)
 	}
 	checkVerifyTables(t, env, before[3], stored)
+	if out, err := suite.Relay.RunCLI(t, append([]string{"status"}, env.ToolArgs()...)...); err != nil || !strings.Contains(out, "active             yes") {
+		t.Errorf("status of the relay of two tables: %v\n%s", err, out)
+	}
 	checkDoctorTables(t, env, role)
 }
 
