@@ -82,3 +82,25 @@ func TestTableFlags(t *testing.T) {
 		t.Error("an empty table list was accepted")
 	}
 }
+
+// TestBenchTables: `bench --only tables` runs the several-tables
+// comparison alone (one relay reading two tables against two relays
+// reading one each, on one backlog), prints its table and ends with
+// both drains checked against their tables.
+func TestBenchTables(t *testing.T) {
+	t.Parallel()
+	out, err := runCLIEnv(t, nil, "bench", "--only", "tables", "--tables", "300")
+	if err != nil {
+		t.Fatalf("bench --only tables: %v\n%s", err, out)
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"T1 one relay, two tables (one slot) 1 1 600", "T1 two relays, one table each (two slots) 2 2 600",
+		"Each T1 drain ended with the table-vs-stream check"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Throughput") || strings.Contains(out, "L1 ") {
+		t.Errorf("bench --only tables ran other measurements:\n%s", out)
+	}
+}
