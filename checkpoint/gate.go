@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,10 @@ type Gate struct {
 	wanted  atomic.Uint64
 	failure atomic.Pointer[error]
 	wake    chan struct{}
+	// mu orders raising the allowance against Rewind: a round begun
+	// before a rewind (epoch changed since) raises nothing.
+	mu    sync.Mutex
+	epoch uint64
 }
 
 // NewGate returns a Gate over ledger. check verifies the publication and
@@ -102,17 +107,35 @@ func (g *Gate) Run(ctx context.Context) error {
 	}
 }
 
+// Rewind takes back the allowance beyond at: the WAL there is another
+// timeline's now (a promotion, a point-in-time recovery forked at at).
+// What the gate cleared beyond it, the publication checked on the old
+// timeline, says nothing about the new one's WAL at those positions.
+func (g *Gate) Rewind(at pglogrepl.LSN) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.epoch++
+	g.allowed.Store(min(g.allowed.Load(), uint64(at)))
+	g.wanted.Store(min(g.wanted.Load(), uint64(at)))
+}
+
 // clear runs one round: verify the publication, raise the record if
 // needed, and publish the new allowance.
 func (g *Gate) clear(ctx context.Context) error {
+	g.mu.Lock()
+	epoch, want := g.epoch, pglogrepl.LSN(g.wanted.Load())
+	g.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	at, err := g.check(cctx)
 	if err != nil {
 		return err
 	}
-	want := pglogrepl.LSN(g.wanted.Load())
 	limit := g.ledger.Confirmable(cctx, min(want, at), false)
-	g.allowed.Store(uint64(max(pglogrepl.LSN(g.allowed.Load()), min(limit, at))))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.epoch == epoch {
+		g.allowed.Store(uint64(max(pglogrepl.LSN(g.allowed.Load()), min(limit, at))))
+	}
 	return nil
 }

@@ -22,9 +22,11 @@ import (
 // on an idle database. Within Slack of the record the relay confirms
 // freely: its own writes, a shutdown checkpoint (which a stopping Postgres
 // waits to see confirmed), a few small transactions elsewhere all fit.
-// The price: a slot dropped and recreated under the same name while the
-// relay was away, less than Slack of WAL after its last record, is not
-// recognised as new.
+// The price: after a stop that was not clean (a crash, SIGKILL), a slot
+// dropped and recreated under the same name, or advanced by hand, less
+// than Slack of WAL past the relay's last record, is not recognised. A
+// clean stop records exactly where the relay stopped (Record.Stopped), and
+// any move past it is.
 const Slack = 64 << 10
 
 // Ledger writes down how far the relay may confirm before it confirms, so
@@ -35,6 +37,7 @@ type Ledger struct {
 	store     *Store
 	created   pglogrepl.LSN // the slot's creation point in the record
 	limit     pglogrepl.LSN
+	stopped   pglogrepl.LSN // Record.Stopped, as Refresh read it
 	minGap    time.Duration
 	lastWrite time.Time
 	log       zerolog.Logger
@@ -93,14 +96,42 @@ func (l *Ledger) Refresh(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.limit = max(l.limit, rec.Limit)
+	l.stopped = rec.Stopped
 	l.mu.Unlock()
 	return nil
 }
 
-// Allowed returns the newest position the relay may have confirmed: the
-// recorded limit plus Slack.
-func (l *Ledger) Allowed() pglogrepl.LSN {
+// Moved says why a slot found at confirmed, as a session starts, cannot be
+// the relay's own work ("" when it can): it is beyond where the relay
+// stopped, when the record (as Refresh read it) says it last stopped
+// cleanly, or else beyond its limit plus Slack.
+func (l *Ledger) Moved(slot string, confirmed pglogrepl.LSN) string {
+	l.mu.Lock()
+	r := Record{Limit: l.limit, Stopped: l.stopped}
+	l.mu.Unlock()
+	if confirmed <= r.Allowed() {
+		return ""
+	}
+	return beyondMessage(slot, confirmed, r)
+}
+
+// Streaming records that a session streams from the slot: from now on it
+// moves, and only the limit bounds it.
+func (l *Ledger) Streaming(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limit + Slack
+	if l.stopped == 0 {
+		return nil
+	}
+	if err := l.store.ClearStop(ctx, l.created); err != nil {
+		return err
+	}
+	l.stopped = 0
+	return nil
+}
+
+// Stopped records that the relay stopped cleanly at confirmed, the final
+// position Postgres confirmed; the session must still hold the slot.
+func (l *Ledger) Stopped(ctx context.Context, confirmed pglogrepl.LSN) error {
+	return l.store.RecordStop(ctx, l.created, confirmed)
 }

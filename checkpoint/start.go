@@ -95,8 +95,8 @@ func Decide(s SlotState) (Action, error) {
 			return 0, gapf("replication slot %q exists but the relay has no record of it, and the stream already holds %d messages: the slot may have been recreated after events were published", s.Name, s.StreamCount)
 		}
 		return Adopt, nil
-	case s.Confirmed > r.Limit+Slack:
-		return 0, gapf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing", s.Name, s.Confirmed, r.Limit)
+	case s.Confirmed > r.Allowed():
+		return 0, gapf("%s", beyondMessage(s.Name, s.Confirmed, r))
 	}
 	return Resume, nil
 }
@@ -115,4 +115,15 @@ func redo(s SlotState) (Action, error) {
 		return RedoBootstrap, nil
 	}
 	return 0, gapf("replication slot %q moved to %s although the relay never finished publishing the rows present at its creation (%s)", s.Name, s.Confirmed, r.CreatedLSN)
+}
+
+// beyondMessage says that slot, found at confirmed, is beyond anything the
+// relay whose record is r confirmed.
+func beyondMessage(slot string, confirmed pglogrepl.LSN, r Record) string {
+	if r.Stopped != 0 {
+		return fmt.Sprintf("replication slot %q is at %s, beyond where this relay stopped (%s, confirmed and recorded at its last clean stop): it was dropped and recreated, or advanced by hand, and events in between may be missing",
+			slot, confirmed, r.Stopped)
+	}
+	return fmt.Sprintf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was dropped and recreated, or advanced by hand, and events in between may be missing",
+		slot, confirmed, r.Limit)
 }

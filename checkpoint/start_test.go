@@ -12,6 +12,11 @@ func TestDecide(t *testing.T) {
 	rec := func(created, limit uint64, boot bool) Record {
 		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(limit), Bootstrapped: boot, Kind: KindInitial}
 	}
+	stopped := func(created, limit, at uint64) Record {
+		r := rec(created, limit, true)
+		r.Stopped = lsn(at)
+		return r
+	}
 	repair := func(created uint64) Record {
 		return Record{Exists: true, CreatedLSN: lsn(created), Limit: lsn(created), Kind: KindRepair}
 	}
@@ -27,6 +32,9 @@ func TestDecide(t *testing.T) {
 		{"slot exactly at the limit", SlotState{Exists: true, Confirmed: lsn(0x300), Record: rec(0x100, 0x300, true)}, Resume, ""},
 		{"slot within the slack", SlotState{Exists: true, Confirmed: lsn(0x300 + Slack), Record: rec(0x100, 0x300, true)}, Resume, ""},
 		{"slot beyond the limit (recreated)", SlotState{Exists: true, Confirmed: lsn(0x301 + Slack), Record: rec(0x100, 0x300, true)}, 0, "beyond anything"},
+		{"slot where the relay stopped cleanly", SlotState{Exists: true, Confirmed: lsn(0x280), Record: stopped(0x100, 0x300, 0x280)}, Resume, ""},
+		{"slot behind where the relay stopped (Postgres crashed since)", SlotState{Exists: true, Confirmed: lsn(0x200), Record: stopped(0x100, 0x300, 0x280)}, Resume, ""},
+		{"slot moved past a clean stop, within the slack", SlotState{Exists: true, Confirmed: lsn(0x281), Record: stopped(0x100, 0x300, 0x280)}, 0, "beyond where this relay stopped"},
 		{"slot dropped", SlotState{Record: rec(0x100, 0x300, true)}, 0, "was dropped"},
 		{"slot dropped during bootstrap", SlotState{Record: rec(0x100, 0x100, false)}, RedoBootstrap, ""},
 		{"crash during bootstrap", SlotState{Exists: true, Confirmed: lsn(0x100), Record: rec(0x100, 0x100, false)}, RedoBootstrap, ""},

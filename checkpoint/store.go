@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // RecordsTable is the table, in the outbox table's schema, where the relay
@@ -37,6 +41,21 @@ type Record struct {
 	// Publication is the identity of the publication the slot decodes
 	// through, as of the slot's creation ("" when not recorded yet).
 	Publication string
+	// Stopped is where the relay stopped, exactly, when it last stopped
+	// cleanly (its final position confirmed, recorded while its session
+	// still held the slot); zero after a stop that was not clean, and
+	// while a session streams.
+	Stopped pglogrepl.LSN
+}
+
+// Allowed returns the newest position the relay may have confirmed: where
+// it stopped, when it last stopped cleanly; else its limit plus Slack. A
+// slot beyond it was moved by someone else.
+func (r Record) Allowed() pglogrepl.LSN {
+	if r.Stopped != 0 {
+		return r.Stopped
+	}
+	return r.Limit + Slack
 }
 
 // Kind is what a take-up publishes from its new slot's snapshot.
@@ -67,6 +86,44 @@ type Store struct {
 	table       string
 	deadLetters string
 	slot        string
+	// outboxTable is the outbox table the slot serves (schema.table), or
+	// the tables of a relay of several (SlotTables), written with the
+	// record; "" leaves it unknown (see WithTable).
+	outboxTable string
+}
+
+// WithTable returns the same store, writing with the record that the slot
+// serves table, and the more tables of a relay of several: OtherSlots
+// tells the slots of a table from those of others by it.
+func (s *Store) WithTable(table contract.Table, more ...contract.Table) *Store {
+	c := *s
+	c.outboxTable = SlotTables(append([]contract.Table{table}, more...))
+	return &c
+}
+
+// SlotTables is what the slot's record holds in outbox_table for a relay
+// of these tables: every one of them, sorted and comma-separated (a
+// table's name cannot hold a comma: see contract.ParseTables), so that
+// OtherSlot.Serves answers for each table of a relay of several. Recording
+// only the first table would let a second relay start on another table of
+// the relay unrefused; sorting keeps the record the same whatever order
+// --table lists them in. A relay of one table records its name, as
+// before.
+func SlotTables(tables []contract.Table) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.String()
+	}
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
+}
+
+// nullable is v, or NULL when v is empty.
+func nullable(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }
 
 // DeadLettersTable is the table, in the outbox table's schema, that lists
@@ -119,9 +176,10 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 	var r Record
 	var since *time.Time
 	var pub *string
-	err := s.db.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL, bootstrap_kind, repair_since, publication
+	err := s.db.QueryRow(ctx, `SELECT created_lsn, confirm_limit, bootstrapped_at IS NOT NULL, bootstrap_kind, repair_since, publication,
+			coalesce(stopped_lsn, '0/0')
 		FROM `+s.table+` WHERE slot_name = $1`, s.slot).
-		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub)
+		Scan(&r.CreatedLSN, &r.Limit, &r.Bootstrapped, &r.Kind, &since, &pub, &r.Stopped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
@@ -146,11 +204,12 @@ func (s *Store) Begin(ctx context.Context, kind Kind, repairSince time.Time) err
 	if !repairSince.IsZero() {
 		since = &repairSince
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication)
-		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, repair_since, publication, outbox_table)
+		VALUES ($1, '0/0', '0/0', NULL, $2, $3, NULL, $4)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = '0/0', confirm_limit = '0/0', bootstrapped_at = NULL,
-			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, updated_at = now()`,
-		s.slot, string(kind), since)
+			bootstrap_kind = EXCLUDED.bootstrap_kind, repair_since = EXCLUDED.repair_since, publication = NULL, stopped_lsn = NULL,
+			outbox_table = EXCLUDED.outbox_table, updated_at = now()`,
+		s.slot, string(kind), since, nullable(s.outboxTable))
 	if err != nil {
 		return fmt.Errorf("record the start of slot %q's take-up in %s: %w", s.slot, s.table, err)
 	}
@@ -173,11 +232,11 @@ func (s *Store) Created(ctx context.Context, point pglogrepl.LSN, publication st
 
 // Adopt records a slot the relay did not create, at lsn, as taken up.
 func (s *Store) Adopt(ctx context.Context, lsn pglogrepl.LSN, publication string) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, publication)
-		VALUES ($1, $2, $2, now(), 'initial', $3)
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (slot_name, created_lsn, confirm_limit, bootstrapped_at, bootstrap_kind, publication, outbox_table)
+		VALUES ($1, $2, $2, now(), 'initial', $3, $4)
 		ON CONFLICT (slot_name) DO UPDATE SET created_lsn = EXCLUDED.created_lsn, confirm_limit = EXCLUDED.confirm_limit,
 			bootstrapped_at = EXCLUDED.bootstrapped_at, bootstrap_kind = 'initial', repair_since = NULL,
-			publication = EXCLUDED.publication, updated_at = now()`, s.slot, lsn, publication)
+			publication = EXCLUDED.publication, stopped_lsn = NULL, outbox_table = EXCLUDED.outbox_table, updated_at = now()`, s.slot, lsn, publication, nullable(s.outboxTable))
 	if err != nil {
 		return fmt.Errorf("record slot %q in %s: %w", s.slot, s.table, err)
 	}
@@ -213,12 +272,52 @@ func (s *Store) SetPublication(ctx context.Context, created pglogrepl.LSN, publi
 	return nil
 }
 
+// SetTable records the outbox table the slot serves where the record
+// lacks it (made by an older relay) or names another.
+func (s *Store) SetTable(ctx context.Context) error {
+	if s.outboxTable == "" {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET outbox_table = $2, updated_at = now()
+		WHERE slot_name = $1 AND outbox_table IS DISTINCT FROM $2`, s.slot, s.outboxTable)
+	if err != nil {
+		return fmt.Errorf("record the table of slot %q: %w", s.slot, err)
+	}
+	return nil
+}
+
 // RaiseLimit records that the relay may confirm up to lsn.
 func (s *Store) RaiseLimit(ctx context.Context, lsn pglogrepl.LSN) error {
 	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET confirm_limit = $2::pg_lsn, updated_at = now()
 		WHERE slot_name = $1 AND confirm_limit < $2::pg_lsn`, s.slot, lsn)
 	if err != nil {
 		return fmt.Errorf("record confirm limit %s for slot %q: %w", lsn, s.slot, err)
+	}
+	return nil
+}
+
+// RecordStop records that the relay stopped cleanly at lsn, the final
+// position Postgres confirmed, while its session still held the slot
+// created at created: until a session streams again, the slot cannot be
+// beyond lsn but by someone else's hand (see Record.Stopped). One write,
+// which nothing confirms: no feedback through keepalives.
+func (s *Store) RecordStop(ctx context.Context, created, lsn pglogrepl.LSN) error {
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET stopped_lsn = $3::pg_lsn, updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2`, s.slot, created, lsn)
+	if err != nil {
+		return fmt.Errorf("record where the relay stopped (%s) for slot %q: %w", lsn, s.slot, err)
+	}
+	return nil
+}
+
+// ClearStop records that a session streams from the slot created at
+// created: its position moves from now on. It writes only when a stop is
+// recorded.
+func (s *Store) ClearStop(ctx context.Context, created pglogrepl.LSN) error {
+	_, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET stopped_lsn = NULL, updated_at = now()
+		WHERE slot_name = $1 AND created_lsn = $2 AND stopped_lsn IS NOT NULL`, s.slot, created)
+	if err != nil {
+		return fmt.Errorf("record that slot %q streams again: %w", s.slot, err)
 	}
 	return nil
 }

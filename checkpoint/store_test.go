@@ -84,6 +84,21 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if r := load(); r.CreatedLSN != want.CreatedLSN || r.Limit != want.Limit || !r.Bootstrapped || r.Kind != want.Kind || r.Publication != want.Publication {
 		t.Fatalf("Load after RaiseLimit = %+v; want %+v", r, want)
 	}
+	// A clean stop records where the relay stopped; a session that
+	// streams clears it; a stop recorded for another slot's creation
+	// point changes nothing.
+	if err := store.RecordStop(ctx, created, created+0x80); err != nil || load().Stopped != created+0x80 || load().Allowed() != created+0x80 {
+		t.Fatalf("after RecordStop (%v): %+v; want stopped, and allowed, at %s", err, load(), created+0x80)
+	}
+	if err := store.ClearStop(ctx, created); err != nil || load().Stopped != 0 || load().Allowed() != created+0x100+checkpoint.Slack {
+		t.Fatalf("after ClearStop (%v): %+v; want no stop, the limit plus the slack allowed", err, load())
+	}
+	if err := store.RecordStop(ctx, created+1, created+0x80); err != nil || load().Stopped != 0 {
+		t.Fatalf("RecordStop for another creation point (%v): %+v; want no stop recorded", err, load())
+	}
+	if err := store.RecordStop(ctx, created, created+0x90); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.RecordDeadLetter(ctx, "ev-1", "too big", created+0x20); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +129,7 @@ func TestStoreOnRealPostgres(t *testing.T) {
 	if err := store.Begin(ctx, checkpoint.KindInitial, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if r := load(); r.Bootstrapped || r.Kind != checkpoint.KindInitial || !r.RepairSince.IsZero() || r.Publication != "" {
+	if r := load(); r.Bootstrapped || r.Kind != checkpoint.KindInitial || !r.RepairSince.IsZero() || r.Publication != "" || r.Stopped != 0 {
 		t.Fatalf("Load after a new Begin = %+v; want a fresh unfinished initial take-up", r)
 	}
 }

@@ -97,5 +97,19 @@ func (t *Tracker) Flushed(ackedThrough uint64) pglogrepl.LSN {
 	return t.flushed
 }
 
+// Fork takes back every confirmable point beyond at: the WAL there is
+// another timeline's now (a promotion, a point-in-time recovery forked at
+// at). Keepalives had marked positions of the old timeline past the last
+// event; the new timeline writes other transactions there, which
+// confirming those positions would skip. Points beyond at become at, which
+// both timelines share: confirmable once the events before them are
+// acknowledged, as before.
+func (t *Tracker) Fork(at pglogrepl.LSN) {
+	t.flushed = min(t.flushed, at)
+	for i := t.head; i < len(t.marks); i++ {
+		t.marks[i].lsn = min(t.marks[i].lsn, at)
+	}
+}
+
 // Pending returns how many confirmable points wait for acknowledgements.
 func (t *Tracker) Pending() int { return len(t.marks) - t.head }

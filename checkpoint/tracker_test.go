@@ -159,3 +159,37 @@ func TestTrackerMemoryBounded(t *testing.T) {
 		t.Fatalf("marks grew to capacity %d for %d pending", c, tr.Pending())
 	}
 }
+
+// TestTrackerFork: after a timeline change forking at 0x400, nothing
+// beyond 0x400 is confirmable, neither a point confirmed already (a
+// keepalive of the old timeline) nor one waiting for acknowledgements;
+// points of the new timeline after it are, as usual.
+func TestTrackerFork(t *testing.T) {
+	confirmed := NewTracker(0x100)
+	confirmed.Handed(pos(0x200, 0), 1)
+	confirmed.Commit(0x280)
+	confirmed.Idle(0x900) // the old timeline's keepalive
+	if got := confirmed.Flushed(1); got != 0x900 {
+		t.Fatalf("Flushed(1) = %s, want the keepalive's 0/900", got)
+	}
+	confirmed.Fork(0x400)
+	if got := confirmed.Flushed(1); got != 0x400 {
+		t.Fatalf("after a fork at 0/400: Flushed(1) = %s, want 0/400", got)
+	}
+	confirmed.Idle(0x500) // the new timeline's keepalive
+	if got := confirmed.Flushed(1); got != 0x500 {
+		t.Fatalf("the new timeline's keepalive: Flushed(1) = %s, want 0/500", got)
+	}
+
+	pending := NewTracker(0x100)
+	pending.Handed(pos(0x200, 0), 1)
+	pending.Commit(0x280)
+	pending.Idle(0x900)
+	pending.Fork(0x400)
+	if got := pending.Flushed(0); got != 0x100 {
+		t.Fatalf("after a fork, before the event is acknowledged: Flushed(0) = %s, want 0/100", got)
+	}
+	if got := pending.Flushed(1); got != 0x400 {
+		t.Fatalf("after a fork at 0/400, the event acknowledged: Flushed(1) = %s, want 0/400", got)
+	}
+}

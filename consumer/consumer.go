@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -10,12 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
-
-// Handler handles one message inside tx. Returning nil commits tx together
-// with the event's processed_events row; returning an error rolls it back
-// and the message is retried later (or, wrapped with Permanent, recorded
-// and terminated at once). The handler must not commit or roll back tx.
-type Handler func(ctx context.Context, tx pgx.Tx, m *Message) error
 
 // Permanent marks err as one that retrying cannot cure (a payload the
 // handler cannot read): the message is recorded in failed_events and
@@ -38,11 +33,10 @@ const (
 
 // A Consumer runs a Handler for the messages of a JetStream pull consumer.
 type Consumer struct {
-	db      DB
-	cons    jetstream.Consumer
-	handler Handler
-	store   store
-	log     zerolog.Logger
+	db    backend // pgx (New) or database/sql (NewSQL)
+	cons  jetstream.Consumer
+	store store
+	log   zerolog.Logger
 
 	name          string
 	maxDeliveries uint64
@@ -51,7 +45,8 @@ type Consumer struct {
 	pullBatch     int
 	drainTimeout  time.Duration
 	ackWait       time.Duration
-	txOptions     pgx.TxOptions
+	txOptions     *pgx.TxOptions // WithTxOptions, for New
+	sqlTxOptions  *sql.TxOptions // WithSQLTxOptions, for NewSQL
 	schema        string
 }
 
@@ -128,9 +123,14 @@ func WithDrainTimeout(d time.Duration) Option {
 }
 
 // WithTxOptions sets the options of the handler's transaction (isolation
-// level, for example).
+// level, for example), for a Consumer made by New.
 func WithTxOptions(o pgx.TxOptions) Option {
-	return func(c *Consumer) error { c.txOptions = o; return nil }
+	return func(c *Consumer) error { c.txOptions = &o; return nil }
+}
+
+// WithSQLTxOptions is WithTxOptions for a Consumer made by NewSQL.
+func WithSQLTxOptions(o sql.TxOptions) Option {
+	return func(c *Consumer) error { c.sqlTxOptions = &o; return nil }
 }
 
 // WithLogger sets the logger (default none).
@@ -138,15 +138,11 @@ func WithLogger(l zerolog.Logger) Option {
 	return func(c *Consumer) error { c.log = l; return nil }
 }
 
-// New returns a Consumer that runs h for the messages of cons, a durable
-// pull consumer with explicit acks and no MaxDeliver (see the package
-// Traps).
-func New(db DB, cons jetstream.Consumer, h Handler, opts ...Option) (*Consumer, error) {
-	if db == nil || cons == nil || h == nil {
-		return nil, errors.New("consumer: New needs a database, a JetStream consumer and a handler")
-	}
+// newConsumer applies opts, checks cons and builds the database side with
+// db once the options are known.
+func newConsumer(cons jetstream.Consumer, opts []Option, db func(*Consumer) (backend, error)) (*Consumer, error) {
 	c := &Consumer{
-		db: db, cons: cons, handler: h, log: zerolog.Nop(), schema: "public",
+		cons: cons, log: zerolog.Nop(), schema: "public",
 		maxDeliveries: DefaultMaxDeliveries, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff,
 		pullBatch: DefaultPullBatch, drainTimeout: DefaultDrainTimeout,
 	}
@@ -178,6 +174,9 @@ func New(db DB, cons jetstream.Consumer, h Handler, opts ...Option) (*Consumer, 
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c.store = st
+	if c.db, err = db(c); err != nil {
+		return nil, err
+	}
 	c.log = c.log.With().Str("component", "consumer").Str("consumer", c.name).Logger()
 	return c, nil
 }

@@ -13,6 +13,9 @@
 //	})
 //	err := c.Run(ctx) // until ctx ends
 //
+// NewSQL is the same for database/sql: the handler gets a *sql.Tx, on any
+// Postgres driver that takes $1 placeholders (pgx's stdlib, lib/pq).
+//
 // Prerequisites: the tables processed_events and failed_events of
 // migrations/sql/00005_processed_events.sql (`outbox-relay migrate` creates
 // them next to the outbox table; a service with its own database creates
@@ -46,7 +49,10 @@
 //     record cannot be written the message is naked, never dropped.
 //   - Drain. When ctx ends, Run stops pulling, finishes the message in
 //     hand and the few already buffered (WithPullBatch), within
-//     WithDrainTimeout; what is left is naked for another instance.
+//     WithDrainTimeout; what is left is naked for another instance. A
+//     handler still running then sees its context cancelled (and, with
+//     NewSQL, its transaction rolled back by database/sql): nothing of it
+//     commits.
 //
 // Traps:
 //

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"log"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of database/sql, for ExampleNewSQL
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -72,6 +74,60 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	if err := c.Run(ctx); err != nil { // returns nil after SIGTERM, once drained
+		log.Fatal(err)
+	}
+}
+
+// The same billing service on database/sql: the handler writes through the
+// *sql.Tx that also records the event in processed_events.
+func ExampleNewSQL() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL")) // or "postgres" with lib/pq
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "OUTBOX", jetstream.ConsumerConfig{
+		Durable:       "billing",
+		FilterSubject: "outbox.order.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	handle := func(ctx context.Context, tx *sql.Tx, m *consumer.Message) error {
+		if m.EventType != "order.created" {
+			return nil
+		}
+		var order struct {
+			OrderID string `json:"order_id"`
+			Total   int    `json:"total"`
+		}
+		if err := json.Unmarshal(m.Data, &order); err != nil {
+			return consumer.Permanent(err)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id, total) VALUES ($1, $2)`, order.OrderID, order.Total)
+		return err
+	}
+	c, err := consumer.NewSQL(db, cons, handle,
+		consumer.WithMaxDeliveries(5),
+		consumer.WithSQLTxOptions(sql.TxOptions{Isolation: sql.LevelRepeatableRead}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -2,31 +2,36 @@ package consumer
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
 
-	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
-
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
 )
 
-// fixture is a test's database (migrated, with an effects table) and a
-// stream holding events as the relay publishes them.
+// fixture is a test's database (migrated, with an effects table), a
+// stream holding events as the relay publishes them, and the driver its
+// Consumers are made with.
 type fixture struct {
 	t   *testing.T
+	d   driver
 	env *relaytest.Env
 	js  jetstream.JetStream
 }
 
 const testStream = "OUTBOX"
 
-func newFixture(t *testing.T, streamCfg ...func(*jetstream.StreamConfig)) *fixture {
+func newFixture(t *testing.T, d driver, streamCfg ...func(*jetstream.StreamConfig)) *fixture {
 	t.Helper()
 	env := relaytest.NewEnv(t, server)
 	env.Exec(`CREATE TABLE effects (event_id text NOT NULL, handled_by text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
@@ -37,7 +42,18 @@ func newFixture(t *testing.T, streamCfg ...func(*jetstream.StreamConfig)) *fixtu
 	if _, err := env.JS.CreateStream(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, env: env, js: env.JS}
+	return &fixture{t: t, d: d, env: env, js: env.JS}
+}
+
+// newConsumer makes a Consumer on the test's database with the fixture's
+// driver.
+func (f *fixture) newConsumer(cons jetstream.Consumer, h testHandler, opts ...Option) (*Consumer, error) {
+	f.t.Helper()
+	c, closeDB, err := f.d.new(f.env.PGURL, cons, h, opts...)
+	if closeDB != nil {
+		f.t.Cleanup(closeDB)
+	}
+	return c, err
 }
 
 // consumer creates the durable pull consumer name.
@@ -128,11 +144,11 @@ type running struct {
 }
 
 // run starts a Consumer on cons and stops it when the test ends.
-func (f *fixture) run(cons jetstream.Consumer, h Handler, opts ...Option) *running {
+func (f *fixture) run(cons jetstream.Consumer, h testHandler, opts ...Option) *running {
 	f.t.Helper()
 	logs := &relaytest.SyncBuffer{}
 	opts = append([]Option{WithLogger(zerolog.New(logs).Level(zerolog.DebugLevel))}, opts...)
-	c, err := New(f.env.Pool, cons, h, opts...)
+	c, err := f.newConsumer(cons, h, opts...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -168,3 +184,93 @@ func (r *running) stop(t *testing.T) error {
 }
 
 func eventID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
+
+// A driver is one way to make a Consumer: New on a pgx pool, or NewSQL on
+// a database/sql pool (pgx's stdlib driver). Every test of the consumer's
+// behaviour runs with both, as subtests named after the driver.
+type driver struct {
+	name string
+	// new makes a Consumer on a pool of its own on pgURL, which closeDB
+	// closes.
+	new func(pgURL string, cons jetstream.Consumer, h testHandler, opts ...Option) (c *Consumer, closeDB func(), err error)
+	// serializable makes the handler's transaction serializable;
+	// otherTxOptions is the other driver's transaction option.
+	serializable, otherTxOptions Option
+}
+
+var drivers = []driver{
+	{"pgx", func(pgURL string, cons jetstream.Consumer, h testHandler, opts ...Option) (*Consumer, func(), error) {
+		pool, err := pgxpool.New(context.Background(), pgURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pgx pool: %w", err)
+		}
+		c, err := New(pool, cons, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+			return h(ctx, pgxTestTx{tx}, m)
+		}, opts...)
+		return c, pool.Close, err
+	}, WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}), WithSQLTxOptions(sql.TxOptions{})},
+	{"database_sql", func(pgURL string, cons jetstream.Consumer, h testHandler, opts ...Option) (*Consumer, func(), error) {
+		cfg, err := pgx.ParseConfig(pgURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse %s: %w", pgURL, err)
+		}
+		db := stdlib.OpenDB(*cfg)
+		c, err := NewSQL(db, cons, func(ctx context.Context, tx *sql.Tx, m *Message) error {
+			return h(ctx, sqlTestTx{tx}, m)
+		}, opts...)
+		return c, func() { _ = db.Close() }, err
+	}, WithSQLTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable}), WithTxOptions(pgx.TxOptions{})},
+}
+
+// driverNamed returns the driver called name (for the crash test's child).
+func driverNamed(name string) (driver, error) {
+	for _, d := range drivers {
+		if d.name == name {
+			return d, nil
+		}
+	}
+	return driver{}, fmt.Errorf("no driver %q", name)
+}
+
+// forEachDriver runs test once per driver.
+func forEachDriver(t *testing.T, test func(t *testing.T, d driver)) {
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) { test(t, d) })
+	}
+}
+
+// A testHandler is a handler the tests can hand to either driver: testTx
+// runs statements in the handler's transaction.
+type testHandler func(ctx context.Context, tx testTx, m *Message) error
+
+type testTx interface {
+	Exec(ctx context.Context, sql string, args ...any) error
+	// IsolationLevel reads the transaction's isolation level.
+	IsolationLevel(ctx context.Context) (string, error)
+}
+
+type pgxTestTx struct{ tx pgx.Tx }
+
+func (t pgxTestTx) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := t.tx.Exec(ctx, sql, args...)
+	return err
+}
+
+func (t pgxTestTx) IsolationLevel(ctx context.Context) (string, error) {
+	var level string
+	err := t.tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level)
+	return level, err
+}
+
+type sqlTestTx struct{ tx *sql.Tx }
+
+func (t sqlTestTx) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (t sqlTestTx) IsolationLevel(ctx context.Context) (string, error) {
+	var level string
+	err := t.tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&level)
+	return level, err
+}

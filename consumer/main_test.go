@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,6 +25,7 @@ const (
 	envStream      = "CONSUMER_TEST_STREAM"
 	envDurable     = "CONSUMER_TEST_DURABLE"
 	envKillCommits = "CONSUMER_TEST_KILL_AFTER_COMMIT" // SIGKILL itself right after this many commits
+	envDriver      = "CONSUMER_TEST_DRIVER"            // the driver's name: pgx or database_sql
 )
 
 var server relaytest.Server
@@ -52,7 +51,7 @@ func childMain() int {
 			select {}
 		}
 	}
-	pool, err := pgxpool.New(ctx, os.Getenv(envPGURL))
+	d, err := driverNamed(os.Getenv(envDriver))
 	if err != nil {
 		return fail(err)
 	}
@@ -68,10 +67,11 @@ func childMain() int {
 	if err != nil {
 		return fail(err)
 	}
-	c, err := New(pool, cons, effectHandler("child", nil))
+	c, closeDB, err := d.new(os.Getenv(envPGURL), cons, effectHandler("child", nil))
 	if err != nil {
 		return fail(err)
 	}
+	defer closeDB()
 	if err := c.Run(ctx); err != nil {
 		return fail(err)
 	}
@@ -80,12 +80,11 @@ func childMain() int {
 
 // effectHandler records one effect per run in the effects table, in the
 // handler's transaction; seen, if set, gets every event id it runs for.
-func effectHandler(by string, seen chan<- string) Handler {
-	return func(ctx context.Context, tx pgx.Tx, m *Message) error {
+func effectHandler(by string, seen chan<- string) testHandler {
+	return func(ctx context.Context, tx testTx, m *Message) error {
 		if seen != nil {
 			seen <- m.ID
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id, handled_by) VALUES ($1, $2)`, m.ID, by)
-		return err
+		return tx.Exec(ctx, `INSERT INTO effects (event_id, handled_by) VALUES ($1, $2)`, m.ID, by)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -33,25 +32,25 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 		return
 	}
 
-	tx, err := c.db.BeginTx(ctx, c.txOptions)
+	tx, err := c.db.begin(ctx)
 	if err != nil {
 		c.retryLater(jm, m, fmt.Errorf("begin: %w", err))
 		return
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) // a no-op after Commit
+	defer tx.rollback(context.WithoutCancel(ctx)) // a no-op after commit
 	claimed, err := c.store.claim(ctx, tx, c.name, m.ID)
 	if err != nil {
 		c.retryLater(jm, m, err)
 		return
 	}
 	if !claimed {
-		_ = tx.Rollback(ctx)
+		_ = tx.rollback(ctx)
 		log.Debug().Msg("already processed; acknowledging")
 		c.ack(ctx, jm, m)
 		return
 	}
 	if err := c.runHandler(ctx, jm, tx, m); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		_ = tx.rollback(context.WithoutCancel(ctx))
 		var permanent *permanentError
 		if errors.As(err, &permanent) || m.Delivered >= c.maxDeliveries {
 			c.fail(ctx, jm, m, err)
@@ -60,7 +59,7 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 		c.retryLater(jm, m, fmt.Errorf("handler: %w", err))
 		return
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		// Committed or not, a redelivery tells: it finds the row or runs again.
 		c.retryLater(jm, m, fmt.Errorf("commit: %w", err))
 		return
@@ -73,7 +72,7 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 
 // runHandler runs the handler, keeping the message in progress on the
 // server while it runs, and turns a panic into an error.
-func (c *Consumer) runHandler(ctx context.Context, jm jetstream.Msg, tx pgx.Tx, m *Message) (err error) {
+func (c *Consumer) runHandler(ctx context.Context, jm jetstream.Msg, tx txn, m *Message) (err error) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -98,7 +97,7 @@ func (c *Consumer) runHandler(ctx context.Context, jm jetstream.Msg, tx pgx.Tx, 
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	return c.handler(ctx, tx, m)
+	return tx.handle(ctx, m)
 }
 
 // ack acknowledges m and waits for the server's confirmation. A lost ack

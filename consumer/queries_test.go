@@ -12,7 +12,7 @@ import (
 // Every query of queries.sql runs against the migrated tables, with the
 // parameters sqlc would bind (@name as $n).
 func TestQueriesFile(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, drivers[0]) // the queries run on the pool; the driver is not used
 	ctx := context.Background()
 	text, err := os.ReadFile("queries.sql")
 	if err != nil {

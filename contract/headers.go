@@ -25,7 +25,7 @@ const (
 	HeaderCommitLSN = "Outbox-Commit-Lsn"
 	// HeaderTable is the outbox table the event was inserted into, as
 	// schema.table; absent for a table-less event (a logical decoding
-	// message).
+	// message). See HeaderSourceTable for why both are kept.
 	HeaderTable = "Outbox-Table"
 	// HeaderTxnIndex is the event's index within its transaction.
 	HeaderTxnIndex = "Outbox-Txn-Index"
@@ -46,10 +46,40 @@ const (
 	// HeaderSourceOrigin is the slot's creation point (an LSN); absent
 	// while it is not known.
 	HeaderSourceOrigin = "Outbox-Source-Origin"
+	// HeaderSourceDatabase is the database the outbox table is in
+	// (percent-encoded when it holds '%' or what a header cannot carry).
+	HeaderSourceDatabase = "Outbox-Source-Database"
+	// HeaderSourceTable is the outbox table the event comes from,
+	// schema.table: from a relay of several tables, the event's own (a
+	// table-less event's: the relay's first table). With the system and
+	// the database it is the space the event's id is unique in: what the
+	// stream holds is decided by it, whatever the slot.
+	//
+	// For a row's event it holds what HeaderTable holds, and both are
+	// kept on purpose: they are read differently. HeaderTable is the
+	// event's table as consumers, verify and subjects see it, and is
+	// absent on a table-less event (a logical decoding message).
+	// HeaderSourceTable is part of the event's source, read by the resume
+	// logic (sink.Source.SameTable: Holdings, TableHoldings, the tail a
+	// restart reads back), which takes a message without it for one of a
+	// relay older than the Outbox-Source-* headers and then falls back to
+	// comparing slot names. Folding one into the other would either put a
+	// table on table-less events (breaking HeaderTable's readers) or strip
+	// the table from the source of table-less events (making the resume
+	// logic take them for an older relay's).
+	HeaderSourceTable = "Outbox-Source-Table"
+
+	// HeaderReplay marks a message published again from the table by
+	// hand, outside any slot's order (verify --republish, dlq retry): its
+	// value says which. Such a message never tells a relay where its
+	// replay starts.
+	HeaderReplay = "Outbox-Replay"
 
 	// Dead-letter messages carry these as well.
 
-	// HeaderEventID is the event id of a dead letter.
+	// HeaderEventID is the event id of a dead letter, as the row holds
+	// it (percent-encoded when a header could not carry it exactly; cut
+	// at MaxDeadLetterValue bytes).
 	HeaderEventID = "Outbox-Event-Id"
 	// HeaderDeadLetterReason says why the event was dead-lettered.
 	HeaderDeadLetterReason = "Outbox-Dead-Letter-Reason"
@@ -59,6 +89,11 @@ const (
 	// the event's payload.
 	HeaderPayloadOmitted = "Outbox-Payload-Omitted"
 )
+
+// MaxDeadLetterValue is the most bytes of a row's id or of the reason a
+// dead letter's Outbox-Event-Id and Outbox-Dead-Letter-Reason carry; a
+// longer value is cut there and "…" appended.
+const MaxDeadLetterValue = 1 << 10
 
 // Bounds of an event's own headers: together with the relay's headers
 // they stay far below JetStream's 64 KiB header limit, also when every
@@ -121,3 +156,11 @@ func isTokenChar(c byte) bool {
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
+
+// The values of HeaderReplay: which command published the message again.
+const (
+	// ReplayRepublish is `verify --republish`.
+	ReplayRepublish = "verify-republish"
+	// ReplayRetry is `dlq retry`.
+	ReplayRetry = "dlq-retry"
+)

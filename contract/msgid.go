@@ -24,7 +24,9 @@ const DeadLetterMsgIDPrefix = "dead-letter:"
 
 // DeadLetterMsgID returns the Nats-Msg-Id of the dead letter of the event
 // with this id: DeadLetterMsgIDPrefix followed by id. For an id CheckID
-// rejects, the relay passes the event's WAL position instead.
+// rejects, the relay passes the event's WAL position instead (LSN#index),
+// and for such an event read from the table, which has none, its index
+// followed by what makes it unique in the stream (0/0#index@instance.n).
 func DeadLetterMsgID(id string) string { return DeadLetterMsgIDPrefix + id }
 
 // QualifiedIDSeparator separates a table's name from the event id in a

@@ -22,6 +22,9 @@ type batcher struct {
 	// relay (a batch that did not commit may have been another
 	// instance's).
 	stored sink.Reader
+	// record lists a dead letter in Postgres, as the publisher does
+	// (core.RecordDeadLetter).
+	record func(ctx context.Context, ev *decode.Event, stored, reason string) error
 }
 
 // row is a pending row read in a batch.
@@ -32,6 +35,9 @@ type row struct {
 	waiting  bool // retry_after is still ahead
 	seq      uint64
 	dead     bool // gave up: goes to the dead-letter subject
+	// found is the message the stream holds for the row, published by a
+	// batch that ended without its commit; nil when none is known.
+	found *sink.StoredEvent
 }
 
 // rejection is a row put back for a later try.
@@ -61,6 +67,9 @@ func (b *batcher) run(ctx context.Context) (n int, full bool, err error) {
 	take, rejects := b.plan(rows)
 	take, found, claims, err := b.skipStored(ctx, tx, take)
 	if err != nil {
+		return 0, false, err
+	}
+	if err := b.recordFound(ctx, found); err != nil {
 		return 0, false, err
 	}
 	if len(take) > 0 {

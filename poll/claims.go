@@ -101,7 +101,8 @@ func (b *batcher) skipStored(ctx context.Context, tx pgx.Tx, take []*row) (publi
 		return nil, nil, nil, err
 	}
 	for _, r := range take {
-		if stored[r.ev.ID] {
+		if ev, ok := stored[r.ev.ID]; ok {
+			r.found = &ev
 			found = append(found, r)
 		} else {
 			publish = append(publish, r)
@@ -113,13 +114,18 @@ func (b *batcher) skipStored(ctx context.Context, tx pgx.Tx, take []*row) (publi
 }
 
 // storedSince returns which of the ids the stream holds in messages stored
-// since the given time, event or dead letter.
-func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[string]bool) (map[string]bool, error) {
-	got := map[string]bool{}
+// since the given time, event or dead letter, with the message. A dead
+// letter names its row by the id it carries (Outbox-Event-Id), also one
+// a Nats-Msg-Id cannot carry.
+func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[string]bool) (map[string]sink.StoredEvent, error) {
+	got := map[string]sink.StoredEvent{}
 	err := b.stored.Scan(ctx, since, func(ev sink.StoredEvent, _ bool) bool {
 		id := strings.TrimPrefix(ev.ID, contract.DeadLetterMsgIDPrefix)
+		if ev.DeadLetter && ev.RowID != "" {
+			id = ev.RowID
+		}
 		if want[id] {
-			got[id] = true
+			got[id] = ev
 		}
 		return len(got) < len(want)
 	})
@@ -127,4 +133,27 @@ func (b *batcher) storedSince(ctx context.Context, since time.Time, want map[str
 		return nil, fmt.Errorf("read the stream for rows claimed by a batch that did not commit: %w", err)
 	}
 	return got, nil
+}
+
+// recordFound lists in Postgres the dead letters of the rows found in the
+// stream: the batch that published them ended without its commit, maybe
+// before their records (a record follows its dead letter's PubAck). Each
+// is recorded as that batch's relay would have, and its row settled as a
+// dead letter; a row the stream holds as an event is settled as one,
+// whatever this batch would do with it now. Recording one listed already
+// changes nothing.
+func (b *batcher) recordFound(ctx context.Context, found []*row) error {
+	for _, r := range found {
+		if !r.found.DeadLetter {
+			r.dead = false // stored as the event it is: settled so
+			continue
+		}
+		if !r.dead {
+			r.dead, r.ev.Problem = true, r.found.Reason
+		}
+		if err := b.record(ctx, &r.ev, r.found.ID, r.ev.Problem); err != nil {
+			return err
+		}
+	}
+	return nil
 }

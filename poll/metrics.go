@@ -12,6 +12,7 @@ type metrics struct {
 	rejected prometheus.Counter
 	errors   prometheus.Counter
 	wakeups  *prometheus.CounterVec
+	batches  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,8 +34,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "outbox_relay_poll_wakeups_total",
 			Help: "Polls started by a NOTIFY or by the fallback interval.",
 		}, []string{"reason"}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_relay_poll_batches_total",
+			Help: "Polling batches run, with rows or without: one after another while batches come back full, else one per NOTIFY or interval.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.batch, m.rejected, m.errors, m.wakeups} {
+	for _, c := range []prometheus.Collector{m.batch, m.rejected, m.errors, m.wakeups, m.batches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

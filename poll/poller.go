@@ -104,7 +104,8 @@ func (p *Poller) Run(ctx context.Context) error {
 		return err
 	}
 	pc := cfg.PublisherConfig()
-	pc.RecordDeadLetter = core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
+	record := core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
+	pc.RecordDeadLetter = record
 	pc.Source = p.source(ctx, pool)
 	pub, err := stream.NewPublisher(pc, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.deps.Registry))
 	if err != nil {
@@ -126,7 +127,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		listen(ctx, p.poolCfg.ConnConfig, migrations.Names{Table: cfg.Table}.NotifyChannel(), wake, log.With().Str("component", "listen").Logger())
 		return nil
 	})
-	err = p.loop(bg.Context(), &batcher{p: p, pool: pool, pub: pub, stored: stream.Reader(nil)}, wake)
+	err = p.loop(bg.Context(), &batcher{p: p, pool: pool, pub: pub, stored: stream.Reader(nil), record: record}, wake)
 	if cause := bg.Failure(); cause != nil && err == nil {
 		err = cause
 	}
@@ -144,6 +145,7 @@ func (p *Poller) loop(ctx context.Context, b *batcher, wake <-chan struct{}) err
 	failing := false
 	for {
 		start := time.Now()
+		p.metrics.batches.Inc()
 		n, full, err := b.run(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -249,16 +251,19 @@ func (p *Poller) check(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // source is what the messages say they come from: the Postgres system and
-// timeline, and "poll:<table>" where the WAL relay puts its slot (never a
-// slot name, so a WAL relay never takes these messages for its own). A
+// timeline, the database and table, and "poll:<table>" where the WAL relay
+// puts its slot (never a slot name, so a WAL relay never takes these
+// messages for its own slot's; by their table, a WAL relay's take-up
+// knows the events they carry are in the stream). A
 // role that may not read pg_control_* publishes without source headers.
 func (p *Poller) source(ctx context.Context, pool *pgxpool.Pool) *sink.Stamp {
-	var system string
+	var system, database string
 	var timeline int64
-	err := pool.QueryRow(ctx, `SELECT s.system_identifier::text, c.timeline_id FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&system, &timeline)
+	err := pool.QueryRow(ctx, `SELECT s.system_identifier::text, c.timeline_id, current_database() FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&system, &timeline, &database)
 	if err != nil {
 		p.log.Warn().Err(err).Msg("cannot read the Postgres system identifier: messages go out without the Outbox-Source-* headers")
 		return nil
 	}
-	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Table.String()})
+	return sink.NewStamp(sink.Source{System: system, Timeline: uint32(timeline), Slot: "poll:" + p.cfg.Table.String(),
+		Database: database, Table: p.cfg.Table.String()})
 }

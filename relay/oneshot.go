@@ -33,8 +33,11 @@ type OneShot struct {
 // events come from: the messages carry its source like the relay's own
 // (Outbox-Source-* headers). Their position is the table's (commit LSN
 // 0/0), outside any replay, so a relay never skips a replayed event
-// because of them.
-func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store *checkpoint.Store, log zerolog.Logger) (*OneShot, error) {
+// because of them; and they carry Outbox-Replay: replay (one of
+// contract.ReplayRepublish, contract.ReplayRetry), so the relay's tail
+// search, which they would mislead (LSN 0 stored after later commits),
+// passes over them.
+func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store *checkpoint.Store, replay string, log zerolog.Logger) (*OneShot, error) {
 	src, err := oneShotSource(ctx, cfg, store, log)
 	if err != nil {
 		return nil, err
@@ -44,11 +47,12 @@ func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store
 	pc := cfg.PublisherConfig()
 	pc.Window, pc.WindowBytes, pc.AckTimeout = 0, 0, 0 // the defaults, whatever the relay's
 	pc.Source = src.stampOrNil()
-	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, reason string) error {
+	pc.Replay = replay
+	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, stored, reason string) error {
 		o.mu.Lock()
 		o.dead[core.DeadLetterKey(ev)] = reason
 		o.mu.Unlock()
-		return record(ctx, ev, reason)
+		return record(ctx, ev, stored, reason)
 	}
 	pub, err := stream.NewPublisher(pc, log, jetstream.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
@@ -80,7 +84,7 @@ func oneShotSource(ctx context.Context, cfg Config, store *checkpoint.Store, log
 		log.Warn().Err(err).Msg("cannot identify the Postgres system: publishing without the Outbox-Source-* headers")
 		return nil, nil
 	}
-	return src, src.slotTakenUp(ctx, store)
+	return src.forTables(cfg.Tables()), src.slotTakenUp(ctx, store)
 }
 
 // Publish queues ev, waiting for room.

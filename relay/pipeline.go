@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -106,6 +107,24 @@ func (p *pipeline) Flushed(ctx context.Context, final bool) (pglogrepl.LSN, erro
 }
 
 func (p *pipeline) Drain(ctx context.Context) error { return p.pub.Drain(ctx) }
+
+// followTimeline takes the server's identity as a session found it
+// (source.refresh). On a new timeline nothing of the old one is confirmed
+// beyond the fork point: keepalives had moved the tracker's confirm point
+// and the gate's allowance past the last event (which refresh checked is
+// before the fork), and the new timeline writes other transactions at
+// those positions. Confirming them would make the next session skip those
+// transactions. Runs before the session reads: the replication goroutine
+// waits for it.
+func (p *pipeline) followTimeline(start replication.SessionStart) error {
+	fork, forked, err := p.source.refresh(start, p.tracker.Last().CommitLSN)
+	if err != nil || !forked {
+		return err
+	}
+	p.tracker.Fork(fork)
+	p.gate.Rewind(fork)
+	return nil
+}
 
 // publish hands ev over, waiting for room; used for the rows published at
 // the slot's creation, before streaming starts.

@@ -116,6 +116,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		StatusInterval: cfg.StatusInterval,
 		DrainTimeout:   cfg.DrainTimeout,
 		BeforeSession:  st.beforeSession(pipe),
+		Stopped:        st.stopped(pipe),
 	}, pool, log.With().Str("component", "replication").Logger(), replMetrics)
 	if err != nil {
 		return err
@@ -127,6 +128,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	bg.Go("dead-letter count", afterFirstSession(wal, dead.Run))
+	idle, err := newIdleSlotsGauge(r.deps.Registry, st.store, pool, log.With().Str("component", "monitor").Logger())
+	if err != nil {
+		return err
+	}
+	bg.Go("idle slots", afterFirstSession(wal, idle.Run))
 	bg.Go("confirmation gate", afterFirstSession(wal, pipe.gate.Run))
 	r.wal.Store(wal)
 

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -237,6 +240,38 @@ func (r *RowSource) names() string {
 		ts[i] = t.table
 	}
 	return contract.JoinTables(ts)
+}
+
+// Oldest returns how many rows match where (the same condition, and the
+// same args, for every table) and the created_at of the oldest (zero when
+// a table has no created_at column or no row matches): how far back what
+// the stream holds of them can be.
+func (r *RowSource) Oldest(ctx context.Context, db verify.Querier, where string, args []any) (time.Time, int, error) {
+	oldest := "NULL::timestamptz"
+	if r.Has(contract.ColumnCreatedAt) {
+		oldest = "min(created_at)"
+	}
+	parts := make([]string, len(r.tables))
+	for i, t := range r.tables {
+		parts[i] = `SELECT ` + oldest + ` AS oldest, count(*) AS n FROM ` + t.table.Quoted() + ` WHERE ` + where
+	}
+	query := parts[0]
+	if r.several() {
+		query = `SELECT min(oldest), coalesce(sum(n), 0)::bigint FROM (` + strings.Join(parts, " UNION ALL ") + `) AS counts`
+	}
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("count the rows of %s: %w", r.names(), err)
+	}
+	var at *time.Time
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&at, &n}, func() error { return nil }); err != nil {
+		return time.Time{}, 0, fmt.Errorf("count the rows of %s: %w", r.names(), err)
+	}
+	if at == nil {
+		return time.Time{}, n, nil
+	}
+	return *at, n, nil
 }
 
 // warnForeignHeaders says so when the table has a headers column the relay

@@ -2,8 +2,10 @@ package relay
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -29,16 +31,19 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 			return err
 		}
 		end()
-		if info.ConfirmedFlush > pipe.ledger.Allowed() {
-			return &contract.FatalError{
-				Err: fmt.Errorf("replication slot %q is at %s, beyond anything this relay confirmed (%s): it was recreated or advanced by someone else, and events in between may be missing from the stream",
-					cfg.Slot, info.ConfirmedFlush, pipe.ledger.Allowed()),
-				Gap: true,
-			}
+		if why := pipe.ledger.Moved(cfg.Slot, info.ConfirmedFlush); why != "" {
+			return &contract.FatalError{Err: errors.New(why), Gap: true}
+		}
+		// Another relay streaming the table, which this one's take-up did
+		// not see active (it was between sessions), stops this one: it
+		// holds its slot now, so of two relays the second to look sees
+		// the first (relay/others.go).
+		if err := secondRelay(ctx, s.store, s.pool, cfg, false, s.log); err != nil {
+			return err
 		}
 		// A promotion or point-in-time recovery changes the timeline the
 		// messages are stamped with; another cluster stops the relay.
-		if err := pipe.source.refresh(start, pipe.tracker.Last().CommitLSN); err != nil {
+		if err := pipe.followTimeline(start); err != nil {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -57,6 +62,23 @@ func (s *starter) beforeSession(pipe *pipeline) func(context.Context, replicatio
 			s.log.Info().Int("events", held.Len()).Str("lsn", info.ConfirmedFlush.String()).
 				Msg("the stream already holds events the slot will replay: skipping exactly those")
 		}
-		return nil
+		// The slot moves from now on: where the relay last stopped no
+		// longer bounds it.
+		return pipe.ledger.Streaming(ctx)
+	}
+}
+
+// stopped records, at a clean stop, the final position Postgres
+// confirmed, while the session still holds the slot (see
+// replication.Config.Stopped): the next start compares the slot with it
+// exactly.
+func (s *starter) stopped(pipe *pipeline) func(context.Context, pglogrepl.LSN) {
+	return func(ctx context.Context, confirmed pglogrepl.LSN) {
+		if err := pipe.ledger.Stopped(ctx, confirmed); err != nil {
+			s.log.Warn().Err(err).Str("lsn", confirmed.String()).
+				Msg("cannot record where the relay stopped: the next start checks the slot against the confirm limit only (within checkpoint.Slack)")
+			return
+		}
+		s.log.Info().Str("lsn", confirmed.String()).Msg("recorded where the relay stopped")
 	}
 }

@@ -58,6 +58,18 @@ func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot 
 	}, nil
 }
 
+// forTables stamps the outbox tables, and the database they are in, on
+// every message from now on: with the system, the identity the stream is
+// compared by (sink.Source.SameTable). A relay of several tables is
+// stamped with all of them (contract.JoinTables, the first first); each
+// message carries its event's table alone (sink.Source.OfEvent).
+func (s *source) forTables(tables []contract.Table) *source {
+	src := s.stamp.Source()
+	src.Database, src.Table = s.repl.Database, contract.JoinTables(tables)
+	s.stamp.Set(src)
+	return s
+}
+
 // identifySystem runs IDENTIFY_SYSTEM on a replication connection of its
 // own.
 func identifySystem(ctx context.Context, repl *pgconn.Config) (pglogrepl.IdentifySystemResult, error) {
@@ -96,9 +108,11 @@ func (s *source) setOrigin(created pglogrepl.LSN) {
 // refresh takes the system's identity as a replication session found it
 // (IDENTIFY_SYSTEM and the timeline's history, on its own connection). A
 // new timeline (a promotion, a point-in-time recovery) is stamped from now
-// on. Another system identifier means another cluster answers at the
-// relay's address with a slot of the same name: its positions say nothing
-// about what this relay confirmed, so the relay stops.
+// on, and its fork point returned (forked): the caller takes back every
+// position of the old timeline beyond it. Another system identifier means
+// another cluster answers at the relay's address with a slot of the same
+// name: its positions say nothing about what this relay confirmed, so the
+// relay stops.
 //
 // handed is the commit position of the newest event this process handed
 // to the sink. At or beyond the new timeline's fork point, the relay
@@ -107,30 +121,32 @@ func (s *source) setOrigin(created pglogrepl.LSN) {
 // the new timeline writes other transactions at those positions, which
 // this process would take for replays and skip. It stops instead: a new
 // process skips only events the stream holds with the same id.
-func (s *source) refresh(start replication.SessionStart, handed pglogrepl.LSN) error {
+func (s *source) refresh(start replication.SessionStart, handed pglogrepl.LSN) (fork pglogrepl.LSN, forked bool, err error) {
 	if s == nil {
-		return nil
+		return 0, false, nil
 	}
 	id := start.System
 	src := s.stamp.Source()
 	if id.SystemID != src.System {
-		return &contract.FatalError{
+		return 0, false, &contract.FatalError{
 			Err: fmt.Errorf("the Postgres server is now another cluster (system identifier %s, was %s) with a slot named %q: it is not the slot this relay streamed from",
 				id.SystemID, src.System, src.Slot),
 			Hint: "point the relay back at its cluster, or repair from this one (--recreate-slot)",
 			Gap:  true,
 		}
 	}
-	if tl := uint32(id.Timeline); tl != src.Timeline {
-		if err := checkFork(src.Timeline, tl, start.TimelineHistory, handed); err != nil {
-			return err
-		}
-		s.log.Warn().Uint32("timeline", tl).Uint32("previous_timeline", src.Timeline).Str("slot", src.Slot).
-			Msg("the Postgres timeline changed (promotion or point-in-time recovery): stamping the new one; replayed events are skipped only where the stream holds the same event id at their position")
-		src.Timeline = tl
-		s.stamp.Set(src)
+	tl := uint32(id.Timeline)
+	if tl == src.Timeline {
+		return 0, false, nil
 	}
-	return nil
+	if fork, err = checkFork(src.Timeline, tl, start.TimelineHistory, handed); err != nil {
+		return 0, false, err
+	}
+	s.log.Warn().Uint32("timeline", tl).Uint32("previous_timeline", src.Timeline).Str("slot", src.Slot).Str("fork_lsn", fork.String()).
+		Msg("the Postgres timeline changed (promotion or point-in-time recovery): stamping the new one; nothing of the old one is confirmed beyond the fork point; replayed events are skipped only where the stream holds the same event id at their position")
+	src.Timeline = tl
+	s.stamp.Set(src)
+	return fork, true, nil
 }
 
 // stampOrNil returns the stamp a publisher puts on its messages: none for a
@@ -161,16 +177,17 @@ func (s *source) otherEventAt(ev *decode.Event, stored string) {
 }
 
 // checkFork refuses a timeline change when this process handed over
-// events at or beyond the new timeline's fork point (see refresh).
-func checkFork(from, to uint32, history []byte, handed pglogrepl.LSN) error {
+// events at or beyond the new timeline's fork point (see refresh); it
+// returns the fork point.
+func checkFork(from, to uint32, history []byte, handed pglogrepl.LSN) (pglogrepl.LSN, error) {
 	fork, err := forkPoint(history, from, to)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if handed < fork {
-		return nil
+		return fork, nil
 	}
-	return &contract.FatalError{
+	return 0, &contract.FatalError{
 		Err: fmt.Errorf("the Postgres timeline changed from %d to %d, forking at %s, and the relay already published events committed at %s on timeline %d: their transactions are not in the new timeline, yet they are in the stream",
 			from, to, fork, handed, from),
 		Hint: "restart the relay (it then publishes every event of the new timeline); `outbox-relay verify` lists the orphaned events as extra; " +

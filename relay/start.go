@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -141,6 +142,9 @@ func (s *starter) takeUp(ctx context.Context) (*pipeline, checkpoint.Action, err
 		if err := s.samePublication(ctx, locked, rec); err != nil {
 			return nil, 0, err
 		}
+		if err := locked.SetTable(ctx); err != nil { // a record made before the table was recorded
+			return nil, 0, err
+		}
 		end()
 	case checkpoint.Adopt:
 		s.log.Warn().Str("slot", s.cfg.Slot).Msg("the slot existed before the relay's first start: rows inserted before it was created are not published (`outbox-relay verify` lists them)")
@@ -178,6 +182,11 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 		if err := replication.CheckSlot(slot, cfg.Slot, s.repl.Database); err != nil {
 			return slot, checkpoint.Record{}, 0, err
 		}
+	}
+	// Another relay streaming the table: refused before anything is
+	// created or published (relay/others.go).
+	if err := secondRelay(ctx, locked, s.pool, cfg, true, s.log); err != nil {
+		return slot, checkpoint.Record{}, 0, err
 	}
 	rec, err := locked.Load(ctx)
 	if err != nil {
@@ -274,8 +283,12 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 
 // bootstrap creates the slot and publishes from its snapshot: for the
 // initial take-up, the rows that were in the table and not processed (for
-// example by a polling relay this one replaces); for a repair, every row
-// the stream lacks. Streaming then starts exactly after them.
+// example by a polling relay this one replaces); for a repair, every row.
+// Either way only the rows whose events the stream lacks: what it holds
+// is decided by the events' identity (their system, table and id), not by
+// the slot's name, so a new or renamed slot, a second deployment or a
+// take-up redone publishes nothing the stream has. Streaming then starts
+// exactly after them.
 func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe *pipeline, t takeUp) (pglogrepl.LSN, int, error) {
 	cfg := s.cfg
 	src, err := NewRowSource(ctx, s.pool, cfg.Table, cfg.MoreTables...)
@@ -298,15 +311,12 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 		offer := func(ev *decode.Event) error { return pipe.publish(ctx, ev) }
 		switch {
 		case t.kind == checkpoint.KindRepair:
-			published, err = s.publishMissing(ctx, tx, src, "", t.since, offer)
+			published, err = s.publishLacking(ctx, tx, src, "", t.since, offer)
 		case unprocessed == nil:
 			s.warnNoProcessedAt(src)
-		case t.redo:
-			s.warnNoProcessedAt(src)
-			published, err = s.publishMissing(ctx, tx, unprocessed, "processed_at IS NULL", time.Time{}, offer)
 		default:
 			s.warnNoProcessedAt(src)
-			published, err = unprocessed.Each(ctx, tx, "processed_at IS NULL", nil, offer)
+			published, err = s.publishLacking(ctx, tx, unprocessed, "processed_at IS NULL", time.Time{}, offer)
 		}
 		return err
 	})
@@ -327,20 +337,47 @@ func (s *starter) warnNoProcessedAt(src *RowSource) {
 	}
 }
 
-// publishMissing publishes the rows db sees (those matching where, when
-// set) that the stream lacks.
-func (s *starter) publishMissing(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
-	cfg := s.cfg
-	rep, err := verify.Run(ctx, db, s.reader, verify.Options{Table: cfg.Table, MoreTables: cfg.MoreTables, Since: since})
+// publishLacking publishes the rows db sees (those matching where, when
+// set, created at or after since, when set) whose events the stream lacks
+// (checkpoint.TableHoldings: any message of the same system and table,
+// whichever slot published it; of a relay of several tables, of the row's
+// own table, by its qualified id). The stream is read only when there are
+// such rows, and only from the oldest one's created_at on.
+func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
+	where, args := rowFilter(where, since)
+	oldest, rows, err := src.Oldest(ctx, db, where, args)
+	if err != nil || rows == 0 {
+		return 0, err
+	}
+	held, err := checkpoint.ReadTableHoldings(ctx, s.reader, oldest, s.log)
 	if err != nil {
 		return 0, err
 	}
-	s.log.Warn().Int("missing", len(rep.Missing)).Int("rows", rep.Rows).Int("messages", rep.Messages).
-		Msg("publishing the committed rows the stream lacks")
-	if len(rep.Missing) == 0 {
-		return 0, nil
+	published := 0
+	_, err = src.Each(ctx, db, where, args, func(ev *decode.Event) error {
+		if held.Holds(ev) {
+			return nil
+		}
+		published++
+		return offer(ev)
+	})
+	s.log.Info().Int("missing", published).Int("rows", rows).Int("held", held.Len()).Int("messages", held.Read()).
+		Msg("published the rows the stream lacked, from the slot's snapshot")
+	return published, err
+}
+
+// rowFilter is the SQL condition, and its arguments, of the rows created
+// at or after since (zero: any) that match where ("": all).
+func rowFilter(where string, since time.Time) (string, []any) {
+	conds := []string{"true"}
+	if where != "" {
+		conds = append(conds, where)
 	}
-	return src.EachKey(ctx, db, where, rep.Missing, offer)
+	var args []any
+	if !since.IsZero() {
+		conds, args = append(conds, "created_at >= $1"), []any{since}
+	}
+	return strings.Join(conds, " AND "), args
 }
 
 // publicationIdentity reads how the publication holds the table now.

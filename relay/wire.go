@@ -142,7 +142,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
-	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot)
+	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot).WithTable(cfg.Table, cfg.MoreTables...)
 	if opened, err = repl.wait(); err != nil {
 		// Tried before Postgres answered: OpenPool waits for it, Open
 		// does not. Once more, now that it does.
@@ -157,6 +157,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
+	src.forTables(cfg.Tables())
 	if up.pub, err = r.newPublisher(ctx, stream, store, src.stamp); err != nil {
 		return up, err
 	}

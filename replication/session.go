@@ -448,6 +448,12 @@ func (s *session) finish() error {
 		return nil
 	}
 	s.log.Info().Str("lsn", s.sent.String()).Msg("drained; confirmed the final position to Postgres")
+	if s.cfg.Stopped != nil {
+		// What is left of the final confirmation's time, a second at least.
+		sctx, cancel := context.WithDeadline(bg, later(end, time.Now().Add(time.Second)))
+		defer cancel()
+		s.cfg.Stopped(sctx, s.sent)
+	}
 	return nil
 }
 
@@ -481,4 +487,12 @@ func (s *session) awaitReply(end time.Time) error {
 			return errors.New("the server ended the replication stream")
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

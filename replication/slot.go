@@ -69,6 +69,19 @@ func WALPosition(ctx context.Context, db Querier) (pglogrepl.LSN, error) {
 	return *at, nil
 }
 
+// Identify reads, on an ordinary connection, what a relay's messages name
+// as their source: the Postgres system identifier (pg_control_system(),
+// which a role may be refused) and the database. Tools that compare the
+// table with the stream (verify, status) read it to tell the table's
+// messages from other relays'.
+func Identify(ctx context.Context, db Querier) (system, database string, err error) {
+	err = db.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).Scan(&system, &database)
+	if err != nil {
+		return "", "", fmt.Errorf("read the Postgres system identifier (pg_control_system()): %w", err)
+	}
+	return system, database, nil
+}
+
 // LookupSlot reads the slot's row in pg_replication_slots.
 func LookupSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotInfo, error) {
 	var (

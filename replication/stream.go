@@ -84,6 +84,12 @@ type Config struct {
 	// informed meanwhile, however long it takes; a server shutting down
 	// cancels it.
 	BeforeSession func(ctx context.Context, start SessionStart) error
+	// Stopped, when set, runs at a clean stop, once Postgres confirmed the
+	// final position (confirmed) and before the connection closes: the
+	// session still holds the slot, so no one else has confirmed past it.
+	// The relay records that position exactly (checkpoint.Record.Stopped).
+	// ctx ends with the final confirmation's time.
+	Stopped func(ctx context.Context, confirmed pglogrepl.LSN)
 }
 
 func (c *Config) setDefaults() {

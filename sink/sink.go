@@ -69,10 +69,12 @@ type Reader interface {
 	// messages and those of relays older than the Outbox-Source-*
 	// headers, which may be its own), or nil when there is none.
 	Last(ctx context.Context) (*StoredEvent, error)
-	// Tail calls fn, in stored order, for every event decoded from the
-	// relay's very slot (Source.SameSlot) with a commit position at or
-	// after from: the events a slot confirmed at from will replay that
-	// the destination holds already.
+	// Tail calls fn, in stored order, for every event of the relay's
+	// table (Source.SameTable: any slot of the same system and table)
+	// stored from where the messages reach from on, with a commit position
+	// at or after from, or with none (commit LSN 0/0: rows published from
+	// the table): the events a slot confirmed at from will replay that the
+	// destination holds already.
 	Tail(ctx context.Context, from pglogrepl.LSN, fn func(StoredEvent)) error
 	// Scan calls fn, in stored order, for every message on the relay's
 	// subjects stored at or after since (zero: from the first), until fn

@@ -37,12 +37,12 @@ type Options struct {
 	// Since and Until bound created_at of the rows (and Outbox-Created-At of
 	// the messages) compared; zero means unbounded.
 	Since, Until time.Time
-	// Source, when set, is the relay's: messages stamped by another relay
-	// (another cluster or slot, see sink.Source.SameRelay) sharing the
-	// stream are left out. Messages without a source, published by relays
-	// older than the Outbox-Source-* headers, count as this relay's. When
-	// unset, the source a stream from jssink.WithSource carries is used; with
-	// neither, every relay message counts.
+	// Source, when set, names the table's events: messages of another
+	// table, database or cluster sharing the stream (see
+	// sink.Source.SameTable) are left out, whatever slot published them.
+	// Messages without a source, published by relays older than the
+	// Outbox-Source-* headers, count as the table's. When unset, the
+	// reader's owner is used; with neither, every relay message counts.
 	Source sink.Source
 }
 
@@ -212,8 +212,8 @@ func (c *comparison) key(ev sink.StoredEvent) (string, bool) {
 // add takes the next stored message, in stream order; ok is false when
 // its relay headers cannot be read.
 func (c *comparison) add(ev sink.StoredEvent, ok bool) {
-	if ok && !sink.OwnedBy(ev, c.opts.Source) {
-		return // another relay's message, in a shared stream
+	if ok && !sink.OfTable(ev, c.opts.Source) {
+		return // another table's message, in a shared stream
 	}
 	if ev.ID != "" {
 		key, ours := c.key(ev)

@@ -29,7 +29,7 @@ type benchCmd struct {
 	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
-	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as an HTML page to this file (it loads ECharts from the go-echarts asset host when opened)."`
+	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as one self-contained HTML page to this file (SVG, no script, nothing loaded: it opens offline)."`
 }
 
 // Run runs the benchmark; the relays it measures (and its nats-server) are

@@ -19,7 +19,6 @@ func TestProductionBuildLinksNoLab(t *testing.T) {
 	// packages. A path ending in / stands for everything under it.
 	labPackages := []string{
 		"github.com/nats-io/nats-server/",
-		"github.com/go-echarts/",
 		"github.com/outbox-relay/outbox-relay/examples/",
 		"github.com/outbox-relay/outbox-relay/internal/lab/bench",
 		"github.com/outbox-relay/outbox-relay/internal/lab/devenv",
@@ -53,6 +52,12 @@ func TestProductionBuildLinksNoLab(t *testing.T) {
 		}
 		if !linked(lab, p) {
 			t.Errorf("the default build does not link %s: is this list still right?", p)
+		}
+	}
+	// The tests' browser driver is linked by neither build.
+	for _, p := range []string{"github.com/chromedp/", "github.com/outbox-relay/outbox-relay/internal/lab/browser"} {
+		if linked(production, p) || linked(lab, p) {
+			t.Errorf("a build of outbox-relay links %s, which only tests may import", p)
 		}
 	}
 	t.Logf("go list -deps: %d packages, %d with -tags nolab", len(lab), len(production))

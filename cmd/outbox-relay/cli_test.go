@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/lab/browser"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
@@ -211,6 +212,19 @@ func TestBenchCommand(t *testing.T) {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("--report page lacks %q", want)
 		}
+	}
+	// The page as a person opens it, offline: every series of every chart
+	// painted in Chromium, nothing fetched.
+	drawn := browser.Charts(t, charts)
+	for _, p := range drawn.Problems(20) {
+		t.Errorf("--report page in Chromium: %s", p)
+	}
+	var titles []string
+	for _, c := range drawn.Charts {
+		titles = append(titles, c.Title)
+	}
+	if got := strings.Join(titles, ", "); got != "Drains, Throughput, Latency, commit to stored" {
+		t.Errorf("Chromium drew the charts %s", got)
 	}
 }
 

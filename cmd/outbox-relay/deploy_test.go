@@ -54,6 +54,12 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 	env := suite.NewEnv(t)
 	keepWAL(t, env)
 	env.Exec(`ALTER TABLE outbox_events ALTER COLUMN payload DROP NOT NULL`)
+	// A slot another relay recorded, that nothing streams from: the idle
+	// slots' gauge has a series.
+	idle := env.Slot + "_idle"
+	env.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, idle)
+	env.Exec(`INSERT INTO outbox_relay_slots (slot_name, created_lsn, confirm_limit, bootstrapped_at, outbox_table)
+		VALUES ($1, '0/0', '0/0', now(), 'public.outbox2')`, idle)
 	relay := suite.StartRelay(t, env)
 	relay.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "created", `{}`), relaytest.NewRow("order", "1", "paid", `{}`))
@@ -69,13 +75,13 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 		families := scrape(t, relay)
 		served = seriesNames(families)
 		if value(families, "outbox_relay_dead_letters") == 1 && served["outbox_relay_slot_safe_wal_size_bytes"] &&
-			value(families, "outbox_events_published_total") == 3 {
+			value(families, "outbox_events_published_total") == 3 && served["outbox_relay_idle_slot_retained_bytes"] {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: dead letters %v, published %v, safe_wal_size served %v",
+			t.Fatalf("after %s: dead letters %v, published %v, safe_wal_size served %v, idle slots served %v",
 				45*time.Second, value(families, "outbox_relay_dead_letters"), value(families, "outbox_events_published_total"),
-				served["outbox_relay_slot_safe_wal_size_bytes"])
+				served["outbox_relay_slot_safe_wal_size_bytes"], served["outbox_relay_idle_slot_retained_bytes"])
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -96,6 +102,9 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 	}
 	if got := labelOf(families, "outbox_events_failed_total", "event_type"); got != "broken" {
 		t.Errorf("outbox_events_failed_total{event_type=%q}, want the dead letter's type", got)
+	}
+	if got := labelOf(families, "outbox_relay_idle_slot_retained_bytes", "slot"); got != idle {
+		t.Errorf("outbox_relay_idle_slot_retained_bytes{slot=%q}, want the idle slot %q with the WAL it keeps", got, idle)
 	}
 	retained, safe := value(families, "outbox_relay_slot_retained_wal_bytes"), value(families, "outbox_relay_slot_safe_wal_size_bytes")
 	if retained <= 0 || safe <= 0 {

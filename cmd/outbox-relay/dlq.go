@@ -161,7 +161,7 @@ func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
 	var problems []string
 	found, rejected := map[string]bool{}, map[string]bool{}
-	o, _, err := t.publishIDs(ctx, n, ids, log, func(o *relay.OneShot, ev *decode.Event) bool {
+	o, _, err := t.publishIDs(ctx, n, ids, contract.ReplayRetry, log, func(o *relay.OneShot, ev *decode.Event) bool {
 		key := core.DeadLetterKey(ev)
 		found[key] = true
 		if reason := o.Rejects(ev); reason != "" {

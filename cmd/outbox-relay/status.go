@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 )
@@ -132,7 +133,25 @@ func printStatus(w io.Writer, r inspect.Report) {
 			p("last event", "none yet")
 		}
 	}
+	for _, o := range r.OtherSlots {
+		p("other slot", "%s", otherSlotLine(o))
+	}
 	for _, pr := range r.Problems {
 		p("PROBLEM", "%s", pr)
 	}
+}
+
+// otherSlotLine describes another slot recorded in the records table.
+func otherSlotLine(o checkpoint.OtherSlot) string {
+	table := o.Table
+	if table == "" {
+		table = "table not recorded"
+	}
+	switch {
+	case !o.Exists:
+		return fmt.Sprintf("%s (%s): recorded, does not exist", o.Slot, table)
+	case o.Active:
+		return fmt.Sprintf("%s (%s): active, pid %d", o.Slot, table, o.ActivePID)
+	}
+	return fmt.Sprintf("%s (%s): idle, keeps %s of WAL", o.Slot, table, doctor.HumanBytes(o.RetainedBytes))
 }

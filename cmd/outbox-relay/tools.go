@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // tools are the connections an operator command needs.
@@ -92,9 +93,31 @@ func (t *tools) close() {
 	t.pool.Close()
 }
 
+// reader reads the stream back as the table's (see identity).
+func (t *tools) reader(ctx context.Context, n names, log zerolog.Logger) *jssink.Reader {
+	return t.stream.Reader(sink.NewStamp(identity(ctx, t.pool, n, log)))
+}
+
+// identity is what the table's messages name as their source (its
+// Postgres system, database and table, and the relay's slot for messages
+// of older relays): operator commands read a shared stream back through
+// it, leaving other tables', databases' and clusters' messages out. For a
+// relay of several tables it names them all (sink.Source.Tables), so each
+// table's messages count, and only theirs. A role
+// that may not read pg_control_system() gets the zero source, which takes
+// every relay's messages for the table's, and a warning.
+func identity(ctx context.Context, pool *pgxpool.Pool, n names, log zerolog.Logger) sink.Source {
+	system, database, err := replication.Identify(ctx, pool)
+	if err != nil {
+		log.Warn().Err(err).Msg("reading every relay's messages in the stream as this table's: a stream shared with other tables, databases or clusters shows theirs too")
+		return sink.Source{}
+	}
+	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.tables()), Slot: n.slot}
+}
+
 // republish publishes the rows with the given ids from the table.
 func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	_, count, err := t.publishIDs(ctx, n, ids, log, nil)
+	_, count, err := t.publishIDs(ctx, n, ids, contract.ReplayRepublish, log, nil)
 	if err != nil {
 		return err
 	}
@@ -104,17 +127,18 @@ func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolo
 
 // publishIDs publishes the rows with the given keys (ids, qualified by
 // their table when the relay reads several: see relay.RowSource.EachKey),
-// in commit order, and waits for their PubAcks. admit, when set, sees every row
-// found, with the publisher, and may hold it back. It returns the
-// publisher (to ask what was dead-lettered) and how many rows were found.
-func (t *tools) publishIDs(ctx context.Context, n names, ids []string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
+// in commit order, marked with replay (contract.HeaderReplay), and waits
+// for their PubAcks. admit, when set, sees every row found, with the
+// publisher, and may hold it back. It returns the publisher (to ask what
+// was dead-lettered) and how many rows were found.
+func (t *tools) publishIDs(ctx context.Context, n names, ids []string, replay string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
 	src, err := relay.NewRowSource(ctx, t.pool, n.table, n.more...)
 	if err != nil {
 		return nil, 0, err
 	}
 	cfg := n.relayConfig()
 	cfg.PGURL = t.pgURL
-	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, log)
+	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, replay, log)
 	if err != nil {
 		return nil, 0, err
 	}

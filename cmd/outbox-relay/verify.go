@@ -37,7 +37,8 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	}
 	defer tools.close()
 	opts := verify.Options{Table: n.table, MoreTables: n.more, Since: c.Since, Until: c.Until}
-	rep, err := verify.Run(ctx, tools.pool, tools.stream.Reader(nil), opts)
+	reader := tools.reader(ctx, n, log) // the tables' messages only, in a shared stream
+	rep, err := verify.Run(ctx, tools.pool, reader, opts)
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if err := tools.republish(ctx, n, rep.Missing, log); err != nil {
 			return err
 		}
-		if rep, err = verify.Run(ctx, tools.pool, tools.stream.Reader(nil), opts); err != nil {
+		if rep, err = verify.Run(ctx, tools.pool, reader, opts); err != nil {
 			return err
 		}
 		if len(rep.Missing) > 0 {

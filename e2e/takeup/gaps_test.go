@@ -223,7 +223,9 @@ func TestSwitchFromPolling(t *testing.T) {
 // the broker lost (and exits 1), and --republish puts it back.
 func TestVerifyCommand(t *testing.T) {
 	env := suite.NewEnv(t)
-	const window = 6 * time.Second
+	// Long enough for two CLI runs (verify, then verify --republish) on a
+	// loaded machine to fall inside it, short enough to wait out.
+	const window = 20 * time.Second
 	r := suite.StartRelay(t, env, "--duplicate-window", window.String())
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	ids := env.Tx(relaytest.NewRow("order", "1", "a", `{}`), relaytest.NewRow("order", "1", "b", `{}`), relaytest.NewRow("order", "2", "c", `{}`))
@@ -260,6 +262,9 @@ func TestVerifyCommand(t *testing.T) {
 	// Within the dedup window JetStream drops the republished message as a
 	// duplicate of the deleted one: verify must say so, and fail.
 	out, err = suite.Relay.RunCLI(t, append(args, "--republish")...)
+	if took := time.Since(deleted); took >= window {
+		t.Fatalf("verify --republish ended %s after the event was deleted, past the %s duplicate window: the machine is too slow for this check", took.Round(time.Millisecond), window)
+	}
 	if err == nil || !strings.Contains(out, "still missing after republishing") {
 		t.Fatalf("verify --republish within the duplicate window (%v):\n%s", err, out)
 	}

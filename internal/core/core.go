@@ -19,6 +19,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
 	"github.com/outbox-relay/outbox-relay/sink/jetstream"
 )
 
@@ -49,11 +50,14 @@ func OpenStream(ctx context.Context, d Deps, p Publishing) (*jetstream.Stream, e
 	return jetstream.Open(ctx, d.NATS, p.StreamSpec(), d.Log)
 }
 
-// DeadLetterKey names a dead-lettered event in Postgres: its id as the row
-// holds it, also when a Nats-Msg-Id cannot carry it (whitespace), so that
-// the dead-letter view and `dlq retry` find its row; qualified by its
-// table (schema.table/id) when the relay reads several tables, whose ids
-// may be equal; its position only when it has no id at all.
+// DeadLetterKey names a dead-lettered event in Postgres as `dlq retry`
+// and a one-shot publish look it up: its id as the row holds it, also when
+// a Nats-Msg-Id cannot carry it (whitespace), so that the dead-letter view
+// and `dlq retry` find its row; qualified by its table (schema.table/id)
+// when the relay reads several tables, whose ids may be equal; its
+// position only when it has no id at all. The relay's records key it by
+// sink.DeadLetterKey (see RecordDeadLetter), which is the same for every
+// id a dead letter carries whole.
 func DeadLetterKey(ev *decode.Event) string {
 	if ev.ID == "" {
 		return ev.Position.String()
@@ -62,9 +66,13 @@ func DeadLetterKey(ev *decode.Event) string {
 }
 
 // RecordDeadLetter returns the destination's callback that records a dead
-// letter in Postgres (see jetstream.Config.RecordDeadLetter).
-func RecordDeadLetter(store *checkpoint.Store) func(context.Context, *decode.Event, string) error {
-	return func(ctx context.Context, ev *decode.Event, reason string) error {
-		return store.RecordDeadLetter(ctx, DeadLetterKey(ev), reason, ev.Position.CommitLSN)
+// letter in Postgres (see jetstream.Config.RecordDeadLetter), keyed by
+// sink.DeadLetterKey: its id as the row holds it, also when a Nats-Msg-Id
+// cannot carry it (whitespace), so that the dead-letter view and `dlq
+// retry` find its row, qualified by its table when the relay reads several
+// (sink.RowKey); the id its dead letter is stored under when it has none.
+func RecordDeadLetter(store *checkpoint.Store) func(context.Context, *decode.Event, string, string) error {
+	return func(ctx context.Context, ev *decode.Event, stored, reason string) error {
+		return store.RecordDeadLetter(ctx, sink.DeadLetterKey(sink.RowKey(ev.Table, ev.ID, ev.QualifyID), stored), reason, ev.Position.CommitLSN)
 	}
 }

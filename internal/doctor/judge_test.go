@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -76,6 +77,17 @@ func TestPGFindings(t *testing.T) {
 		{"slot unreserved", func(f *pgFacts) { f.Slot.WALStatus = "unreserved" }, "postgres.slot", Error, "max_slot_wal_keep_size", nil},
 		{"slot invalidated", func(f *pgFacts) { f.Invalidated = "rows_removed" }, "postgres.slot", Error, "--recreate-slot", nil},
 		{"slot of another plugin", func(f *pgFacts) { f.Slot.Plugin = "wal2json" }, "postgres.slot", Error, "pgoutput", nil},
+		{"no other slot", func(*pgFacts) {}, "postgres.other_slots", OK, "", nil},
+		{"another slot of the table idle", func(f *pgFacts) {
+			f.Others = []checkpoint.OtherSlot{{Slot: "outbox_relay_old", Table: "public.outbox_events", Exists: true, RetainedBytes: 3 << 20}}
+		}, "postgres.other_slots", Warn, `SELECT pg_drop_replication_slot('outbox_relay_old'); DELETE FROM "public".outbox_relay_slots WHERE slot_name = 'outbox_relay_old';`, nil},
+		{"another slot of the table streams", func(f *pgFacts) {
+			f.Others = []checkpoint.OtherSlot{{Slot: "outbox_relay_v2", Table: "public.outbox_events", Exists: true, Active: true, ActivePID: 9}}
+		}, "postgres.other_slots", Error, "--slot outbox_relay_v2", nil},
+		{"another table's slot idle", func(f *pgFacts) {
+			f.Others = []checkpoint.OtherSlot{{Slot: "outbox2_relay", Table: "public.outbox2", Exists: true}}
+		}, "postgres.other_slots", Info, "", nil},
+		{"other slots unreadable", func(f *pgFacts) { f.OthersErr = `column "outbox_table" does not exist` }, "postgres.other_slots", Warn, "outbox-relay migrate", nil},
 		{"rds_replication member", func(f *pgFacts) { f.Role = replication.Role{Name: "relay", RDSReplication: true} }, "postgres.role", OK, "", nil},
 		{"preflight problem", func(f *pgFacts) {
 			f.Preflight = []replication.Problem{{Check: replication.ProblemWALLevel, What: "wal_level is replica", Fix: "ALTER SYSTEM SET wal_level = logical"}}

@@ -25,7 +25,8 @@ func pgFindings(f pgFacts, o PGOptions) []Finding {
 	out = append(out, walKeepFinding(f), senderTimeoutFinding(f, o))
 	out = append(out, managedFindings(f)...)
 	out = append(out, grantFindings(f, o)...)
-	return append(out, slotFindings(f, o)...)
+	out = append(out, slotFindings(f, o)...)
+	return append(out, otherSlotFindings(f, o)...)
 }
 
 // preflightFindings turns replication.Preflight's problems into errors, and

@@ -72,6 +72,10 @@ type pgFacts struct {
 	// rows; PayloadRows how many rows were read.
 	LargestPayload int64
 	PayloadRows    int64
+	// Others are the other slots recorded in the records table;
+	// OthersErr says why they could not be read.
+	Others    []checkpoint.OtherSlot
+	OthersErr string
 }
 
 type pubFacts struct {
@@ -163,6 +167,7 @@ func readPG(ctx context.Context, pool *pgxpool.Pool, o PGOptions) (pgFacts, erro
 	if err := readSlot(ctx, pool, o.Slot, &f); err != nil {
 		return f, err
 	}
+	readOthers(ctx, pool, o, &f)
 	if hasProblem(f.Preflight, replication.ProblemTable) {
 		return f, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -41,7 +42,13 @@ type Report struct {
 	StreamMessages     uint64             `json:"stream_messages"`
 	StreamLastSeq      uint64             `json:"stream_last_seq"`
 	StreamError        string             `json:"stream_error,omitempty"`
-	LastEvent          *sink.StoredEvent  `json:"last_event,omitempty"`
+	// LastEvent is the newest message of the table (its system, database
+	// and table, whatever slot published it) in the stream, which other
+	// tables' relays may share.
+	LastEvent *sink.StoredEvent `json:"last_event,omitempty"`
+	// OtherSlots are the other slots recorded in the records table, with
+	// their state: an idle one keeps WAL for nobody.
+	OtherSlots []checkpoint.OtherSlot `json:"other_slots,omitempty"`
 	// Poll replaces the slot's fields with --source poll.
 	Poll *Pending `json:"poll,omitempty"`
 	// Problems make status exit 1.
@@ -79,9 +86,21 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, o Options) 
 		r.DeadLettersPending = &pending
 	}
 	if nc != nil {
-		readStream(ctx, nc, n, &r)
+		readStream(ctx, nc, n, tableSource(ctx, pool, n), &r)
 	}
 	return r, nil
+}
+
+// tableSource is what the table's messages name as their source: status
+// shows the newest of them, not another table's in a shared stream. A
+// role that may not read pg_control_system() gets the zero source (every
+// relay's messages).
+func tableSource(ctx context.Context, pool *pgxpool.Pool, n relay.Config) sink.Source {
+	system, database, err := replication.Identify(ctx, pool)
+	if err != nil {
+		return sink.Source{}
+	}
+	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.Tables()), Slot: n.Slot}
 }
 
 // readSlot fills in the slot's side of r.
@@ -106,16 +125,40 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, o Options, r *Report) err
 	if !health.InactiveSince.IsZero() {
 		r.InactiveSince = &health.InactiveSince
 	}
-	if rec, err := checkpoint.NewStore(pool, n.Table.Schema, n.Slot).Load(ctx); err == nil && rec.Exists {
+	store := checkpoint.NewStore(pool, n.Table.Schema, n.Slot)
+	if rec, err := store.Load(ctx); err == nil && rec.Exists {
 		r.Record = &rec
 	}
 	r.Problems = o.Limits.SlotProblems(n.Slot, slot, health, time.Now())
+	if others, err := store.OtherSlots(ctx, pool); err == nil {
+		r.OtherSlots = others
+		r.Problems = append(r.Problems, otherSlotProblems(n, others)...)
+	}
 	return nil
+}
+
+// otherSlotProblems: another slot of the table that no relay streams
+// from (a renamed --slot, an earlier deployment) keeps WAL for nobody; one
+// that a relay streams from makes a relay on this slot refuse to start.
+func otherSlotProblems(n relay.Config, others []checkpoint.OtherSlot) []string {
+	var out []string
+	for _, o := range others {
+		table, serves := o.ServesAny(n.Tables()) // any table of a relay of several
+		switch {
+		case !serves:
+		case o.Idle():
+			out = append(out, fmt.Sprintf("slot %q, recorded for %s too, exists and no relay streams from it: it keeps %s of WAL; if no relay will use it again, drop it: %s",
+				o.Slot, table, doctor.HumanBytes(o.RetainedBytes), o.DropSQL(n.Table.Schema)))
+		case o.Active && o.Slot != n.Slot:
+			out = append(out, fmt.Sprintf("slot %q streams %s (pid %d): a relay on slot %q would refuse to start while it does", o.Slot, table, o.ActivePID, n.Slot))
+		}
+	}
+	return out
 }
 
 // readStream fills in the stream's side; a missing stream is a problem,
 // NATS being unreachable is said in StreamError.
-func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
+func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, src sink.Source, r *Report) {
 	if !nc.IsConnected() {
 		r.StreamError = "not connected to NATS"
 		if err := nc.LastError(); err != nil {
@@ -140,7 +183,8 @@ func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, r *Report) {
 	}
 	state := stream.CachedInfo().State
 	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
-	if r.LastEvent, err = jssink.LastEvent(sctx, stream, sink.Source{}, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
+	ofTable := func(ev sink.StoredEvent) bool { return sink.OfTable(ev, src) }
+	if r.LastEvent, err = jssink.LastEventOf(sctx, stream, ofTable, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
 		r.StreamError = err.Error()
 	}
 }

@@ -32,9 +32,11 @@
 //     the stream accepts, a refusal Permanent reports) goes to
 //     Config.DeadLetterSubject instead, with the reason and the original
 //     subject in headers and contract.DeadLetterMsgID of the event's id as
-//     its Nats-Msg-Id. It settles like any other message, so the events
-//     after it flow on; with Config.RecordDeadLetter set it settles only
-//     once recorded.
+//     its Nats-Msg-Id (of its position for an id a Nats-Msg-Id cannot
+//     carry, made unique in the stream for an event read from the table:
+//     Publisher.deadLetterID), the row's id in Outbox-Event-Id. It settles
+//     like any other message, so the events after it flow on; with
+//     Config.RecordDeadLetter set it settles only once recorded.
 //
 // Traps:
 //

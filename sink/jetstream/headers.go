@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -61,6 +63,9 @@ type wireMsg struct {
 	// the value the headers hold now.
 	stamp   *sink.Stamp
 	stamped *sink.Source
+	// several says stamped names several tables: each message then
+	// carries its own event's table (sink.Source.OfEvent).
+	several bool
 	// own are the names of the last event's own headers, removed by reset.
 	own []string
 }
@@ -85,27 +90,68 @@ func (w *wireMsg) stampSource() {
 	if src == w.stamped || src == nil {
 		return
 	}
-	w.stamped = src
+	w.stamped, w.several = src, src.Several()
 	v := formatSource(*src)
 	w.set(contract.HeaderSourceSystem, v.system)
 	w.set(contract.HeaderSourceTimeline, v.timeline)
 	w.set(contract.HeaderSourceSlot, v.slot)
-	if v.origin == "" {
-		delete(w.msg.Header, contract.HeaderSourceOrigin)
-	} else {
-		w.set(contract.HeaderSourceOrigin, v.origin)
+	for _, o := range v.optional() {
+		if o.value == "" {
+			delete(w.msg.Header, o.key)
+		} else {
+			w.set(o.key, o.value)
+		}
 	}
 }
 
+// withReplay marks every message filled from now on as published again
+// by hand (contract.HeaderReplay), for the reason given.
+func (w *wireMsg) withReplay(reason string) *wireMsg {
+	if reason != "" {
+		w.set(contract.HeaderReplay, reason)
+	}
+	return w
+}
+
 // sourceHeaders are a Source's header values.
-type sourceHeaders struct{ system, timeline, slot, origin string }
+type sourceHeaders struct{ system, timeline, slot, origin, database, table string }
+
+// optional are the headers a Source may lack, with their values ("" for
+// none).
+func (h sourceHeaders) optional() []struct{ key, value string } {
+	return []struct{ key, value string }{
+		{contract.HeaderSourceOrigin, h.origin},
+		{contract.HeaderSourceDatabase, h.database},
+		{contract.HeaderSourceTable, h.table},
+	}
+}
 
 func formatSource(src sink.Source) sourceHeaders {
-	h := sourceHeaders{system: src.System, slot: src.Slot, timeline: strconv.FormatUint(uint64(src.Timeline), 10)}
+	h := sourceHeaders{system: src.System, slot: src.Slot, timeline: strconv.FormatUint(uint64(src.Timeline), 10),
+		database: encodeName(src.Database), table: encodeName(src.Table)}
 	if src.Origin != 0 {
 		h.origin = formatLSN(src.Origin)
 	}
 	return h
+}
+
+// encodeName is how a database or table name travels in a header:
+// percent-encoded when it holds '%' or anything a header cannot carry
+// exactly, so that decodeName gives it back.
+func encodeName(v string) string {
+	if headerSafe(v) && !strings.Contains(v, "%") {
+		return v
+	}
+	return percentEncode(v)
+}
+
+// decodeName reverses encodeName; ok is false for a malformed escape.
+func decodeName(v string) (string, bool) {
+	if !strings.Contains(v, "%") {
+		return v, true
+	}
+	s, err := url.PathUnescape(v)
+	return s, err == nil
 }
 
 // SetSourceHeaders puts src in h, as a Publisher stamps its messages (for
@@ -115,10 +161,12 @@ func SetSourceHeaders(h nats.Header, src sink.Source) {
 	h.Set(contract.HeaderSourceSystem, v.system)
 	h.Set(contract.HeaderSourceTimeline, v.timeline)
 	h.Set(contract.HeaderSourceSlot, v.slot)
-	if v.origin != "" {
-		h.Set(contract.HeaderSourceOrigin, v.origin)
-	} else {
-		h.Del(contract.HeaderSourceOrigin)
+	for _, o := range v.optional() {
+		if o.value != "" {
+			h.Set(o.key, o.value)
+		} else {
+			h.Del(o.key)
+		}
 	}
 }
 
@@ -149,11 +197,12 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.fillCommon(ev, nil)
 }
 
-// fillDeadLetter prepares the dead-letter message for ev. The payload goes
-// along when it fits in maxSize together with the headers.
-func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, reason string, maxSize int) {
+// fillDeadLetter prepares the dead-letter message for ev, stored under id
+// (Publisher.deadLetterID). The payload goes along when it fits in maxSize
+// together with the headers.
+func (w *wireMsg) fillDeadLetter(ev *decode.Event, id, subject, reply, original, reason string, maxSize int) {
 	w.reset(subject, reply, nil)
-	w.set(contract.HeaderMsgID, deadLetterMsgID(ev))
+	w.set(contract.HeaderMsgID, contract.DeadLetterMsgID(id))
 	w.set(contract.HeaderDeadLetterReason, truncateValue(reason))
 	w.set(contract.HeaderOriginalSubject, original)
 	encoded := w.setEncoded(contract.HeaderEventID, truncateValue(ev.ID), nil)
@@ -168,7 +217,7 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, subject, reply, original, rea
 // optionalHeaders are set for some messages only; reset removes them. The
 // others are overwritten in place, so their slices are reused.
 var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderTable, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
-	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted}
+	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted, natsjs.ExpectedLastSubjSeqHeader}
 
 func (w *wireMsg) reset(subject, reply string, data []byte) {
 	for _, k := range optionalHeaders {
@@ -192,6 +241,10 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	if ev.Table != "" {
 		w.set(contract.HeaderTable, ev.Table)
 	}
+	if w.several {
+		// A relay of several tables: Outbox-Source-Table names the event's.
+		w.set(contract.HeaderSourceTable, encodeName(w.stamped.OfEvent(ev.Table).Table))
+	}
 	if ev.Position.CommitLSN != w.lsnKey || w.lsnText == "" {
 		// Every event of a transaction shares its commit LSN: format it once.
 		w.lsnKey, w.lsnText = ev.Position.CommitLSN, formatLSN(ev.Position.CommitLSN)
@@ -209,20 +262,43 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	}
 }
 
-// deadLetterMsgID is the Nats-Msg-Id of ev's dead letter: that of its
-// message id (qualified by its table when the relay reads several). An
-// id that cannot be a message id is replaced by the event's WAL position.
-func deadLetterMsgID(ev *decode.Event) string {
-	return contract.DeadLetterMsgID(sink.StoredID(ev))
-}
-
 // truncateValue keeps dead-letter diagnostics small enough for a header.
 func truncateValue(v string) string {
-	const max = 1024
-	if len(v) <= max {
+	if len(v) <= contract.MaxDeadLetterValue {
 		return v
 	}
-	return v[:max] + "…"
+	return v[:contract.MaxDeadLetterValue] + "…"
+}
+
+// headerValue returns a row value of h as the row holds it: decoded when
+// Outbox-Percent-Encoded lists it.
+func headerValue(h nats.Header, key string) string {
+	v := h.Get(key)
+	for _, name := range strings.Split(h.Get(contract.HeaderPercentEncoded), ",") {
+		if name == key {
+			return percentDecode(v)
+		}
+	}
+	return v
+}
+
+// percentDecode undoes percentEncode.
+func percentDecode(v string) string {
+	if !strings.Contains(v, "%") {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '%' && i+2 < len(v) {
+			if n, err := strconv.ParseUint(v[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
 }
 
 // headerSize is the size of the header block nats.go writes for h.

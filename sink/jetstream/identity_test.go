@@ -21,16 +21,20 @@ import (
 // relay A another one publishing to the same stream with the same
 // template, from another cluster whose WAL positions overlap B's.
 var (
-	relayB = sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x100}
-	relayA = sink.Source{System: "7309999999999999999", Timeline: 1, Slot: "outbox_relay", Origin: 0x80}
+	relayB = sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x100,
+		Database: "app", Table: "public.outbox_events"}
+	relayA = sink.Source{System: "7309999999999999999", Timeline: 1, Slot: "outbox_relay", Origin: 0x80,
+		Database: "app", Table: "public.outbox_events"}
 )
 
-// crafted is a message as a relay with src (none when zero) publishes it.
+// crafted is a message as a relay with src (none when zero) publishes it;
+// replay marks it published again by hand (contract.HeaderReplay).
 type crafted struct {
-	id   string
-	at   decode.Position
-	src  sink.Source
-	dead bool
+	id     string
+	at     decode.Position
+	src    sink.Source
+	dead   bool
+	replay string
 }
 
 // msg builds the message.
@@ -44,6 +48,9 @@ func (c crafted) msg() *nats.Msg {
 	}
 	if !c.src.IsZero() {
 		SetSourceHeaders(m.Header, c.src)
+	}
+	if c.replay != "" {
+		m.Header.Set(contract.HeaderReplay, c.replay)
 	}
 	return m
 }
@@ -87,43 +94,66 @@ func describe(evs []sink.StoredEvent) []string {
 	return out
 }
 
-// TestReadTailOnlyItsSlot: two relays publish to one stream with the same
-// template, and their commit positions overlap. Relay B stored b1 at
-// 0/300#0 and died before its next event (0/300#1) was stored; relay A
-// stored its own event at 0/300#1. When B's slot replays, B must publish
-// its event: the tail it reads holds only its own slot's messages, and
-// the skip needs the id at the position too. Before the fix, the tail held
-// A's message, an older relay's and an earlier slot's, and B skipped its
-// unsent event.
-func TestReadTailOnlyItsSlot(t *testing.T) {
+// TestReadTailOnlyItsTable: relays of two clusters (whose commit
+// positions overlap) and of two tables publish to one stream with the same
+// template. Relay B stored b1 at 0/300#0 and died before its next event
+// (0/300#1) was stored; relay A of another cluster stored its own event
+// there. When B's slot replays, B must publish its event: the tail holds
+// only messages of B's table from B's cluster, whichever slot of it
+// published them (an earlier slot of the same name, a renamed one, a row
+// another slot's take-up published from the table, a republish by hand),
+// and the skip needs the id at the position too (or, for a message
+// without a position, the id). Before identity went by the table, the
+// tail held only B's very slot's messages, and a slot resumed after
+// another one streamed the table published that one's events again.
+func TestReadTailOnlyItsTable(t *testing.T) {
 	e := newTestEnv(t, natsjs.StreamConfig{})
 	earlierSlot := relayB
 	earlierSlot.Origin = 0x40
+	renamed := relayB
+	renamed.Slot, renamed.Origin = "outbox_relay_v2", 0x280
+	olderRelay := relayB // an older relay: no table headers, its slot's name tells
+	olderRelay.Database, olderRelay.Table = "", ""
+	olderOther := olderRelay
+	olderOther.Slot = "another_slot"
+	otherTable := relayB
+	otherTable.Slot, otherTable.Table = "outbox2_relay", "public.outbox2"
+	otherDatabase := relayB
+	otherDatabase.Slot, otherDatabase.Database = "billing_relay", "billing"
 	newTimeline := relayB
 	newTimeline.Timeline = 2
 	put(t, e.js,
-		crafted{"b-old", at(0x200, 0), relayB, false},         // confirmed: before the tail
-		crafted{"b1", at(0x300, 0), relayB, false},            // B's, stored
-		crafted{"a1", at(0x300, 1), relayA, false},            // A's, at B's unsent event's position
-		crafted{"slot-1", at(0x300, 2), earlierSlot, false},   // B's slot before it was recreated
-		crafted{"legacy", at(0x300, 3), sink.Source{}, false}, // a relay without source headers
-		crafted{"b-dead", at(0x300, 4), relayB, true},         // B's dead letter
-		crafted{"a-dead", at(0x300, 5), relayA, true},         // A's dead letter
-		crafted{"b2", at(0x400, 0), newTimeline, false},       // B's, after a promotion
-		crafted{"a2", at(0x500, 0), relayA, false},            // A's, later
+		crafted{id: "b-old", at: at(0x200, 0), src: relayB},              // confirmed: before the tail
+		crafted{id: "b1", at: at(0x300, 0), src: relayB},                 // B's, stored
+		crafted{id: "a1", at: at(0x300, 1), src: relayA},                 // another cluster's, at B's unsent event's position
+		crafted{id: "slot-1", at: at(0x300, 2), src: earlierSlot},        // B's slot before it was recreated
+		crafted{id: "legacy", at: at(0x300, 3), src: sink.Source{}},      // a relay without source headers
+		crafted{id: "b-dead", at: at(0x300, 4), src: relayB, dead: true}, // B's dead letter
+		crafted{id: "a-dead", at: at(0x300, 5), src: relayA, dead: true}, // A's dead letter
+		crafted{id: "v2-1", at: at(0x300, 6), src: renamed},              // another slot of B's table
+		crafted{id: "old-1", at: at(0x300, 7), src: olderRelay},          // B's slot, by an older relay
+		crafted{id: "old-2", at: at(0x300, 8), src: olderOther},          // another slot, by an older relay: table unknown
+		crafted{id: "t2-1", at: at(0x300, 9), src: otherTable},           // another table of B's database
+		crafted{id: "db-1", at: at(0x300, 10), src: otherDatabase},       // the same table name in another database
+		crafted{id: "v2-row", at: at(0, 0), src: sink.Source{System: renamed.System, Timeline: 1, Slot: renamed.Slot, Database: "app", Table: "public.outbox_events"}}, // a row another slot's take-up published
+		crafted{id: "t2-row", at: at(0, 1), src: otherTable},                                // another table's row
+		crafted{id: "b2", at: at(0x400, 0), src: newTimeline},                               // B's, after a promotion
+		crafted{id: "a2", at: at(0x500, 0), src: relayA},                                    // A's, later
+		crafted{id: "b-again", at: at(0, 0), src: relayB, replay: contract.ReplayRepublish}, // republished by hand
 	)
 	tail := Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: relayB}
 	got := describe(readTail(t, tail))
-	want := []string{"b1@0/300#0", "b-dead@0/300#4(dead)", "b2@0/400#0"}
+	want := []string{"b1@0/300#0", "slot-1@0/300#2", "b-dead@0/300#4(dead)", "v2-1@0/300#6", "old-1@0/300#7", "v2-row@0/0#0", "b2@0/400#0", "b-again@0/0#0"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("relay B's tail holds %v, want %v", got, want)
 	}
 
-	// What B skips when its slot replays 0/300: only its own stored events,
-	// at their position with their id.
-	var stored checkpoint.Stored
-	for _, ev := range readTail(t, tail) {
-		stored.Add(ev.Position, ev.ID)
+	// What B skips when its slot replays 0/300: only events of its table
+	// the stream holds, at their position with their id, or by id alone
+	// for messages published from the table.
+	held, err := checkpoint.ReadHoldings(context.Background(), NewReader(e.js, e.stream, "outbox.>", testDeadLetter, sink.NewStamp(relayB)), 0x300)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		id   string
@@ -132,17 +162,27 @@ func TestReadTailOnlyItsSlot(t *testing.T) {
 	}{
 		{"b1", at(0x300, 0), true},
 		{"b-unsent", at(0x300, 1), false}, // A's a1 is stored there
+		{"slot-1", at(0x300, 2), true},
 		{"b-unsent-2", at(0x300, 3), false},
 		{"b-dead", at(0x300, 4), true},
+		{"v2-1", at(0x300, 6), true},
+		{"old-1", at(0x300, 7), true},
+		{"old-2", at(0x300, 8), false},
+		{"t2-1", at(0x300, 9), false}, // another table's event has this id and position
+		{"db-1", at(0x300, 10), false},
+		{"v2-row", at(0x380, 0), true}, // by id: the other slot published the row from the table
+		{"t2-row", at(0x380, 1), false},
 		{"b-other", at(0x400, 0), false}, // the position is b2's, the id is not
 		{"b2", at(0x400, 0), true},
+		{"b-again", at(0x450, 0), true},
 	} {
-		if got := stored.Holds(c.p, c.id); got != c.skip {
+		ev := &decode.Event{ID: c.id, Position: c.p}
+		if got, _ := held.Holds(ev); got != c.skip {
 			t.Errorf("replayed %s at %s: skipped %v, want %v", c.id, c.p, got, c.skip)
 		}
 	}
 
-	// Relay A reads back only its own messages from the same stream.
+	// Relay A reads back only its own cluster's messages from the same stream.
 	got = describe(readTail(t, Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: relayA}))
 	if want := []string{"a1@0/300#1", "a-dead@0/300#5(dead)", "a2@0/500#0"}; !slices.Equal(got, want) {
 		t.Errorf("relay A's tail holds %v, want %v", got, want)
@@ -152,6 +192,40 @@ func TestReadTailOnlyItsSlot(t *testing.T) {
 	unknown.Origin = 0
 	if got := readTail(t, Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: unknown}); len(got) != 0 {
 		t.Errorf("a relay without its creation point read back %v", describe(got))
+	}
+}
+
+// TestReadTailPassesOverOneShots: verify --republish and dlq retry stamp
+// their messages with the relay's source and commit LSN 0/0, and store
+// them after later commits. The tail search must pass over them: taken as
+// the relay's rows from before its position, the one at the end made the
+// search place the tail after the last message, the relay skipped nothing
+// of its replay, and a restart past the duplicate window stored the
+// unconfirmed tail twice. Both kinds are recognised: with the
+// Outbox-Replay header, and without it (published before it existed) by
+// commit LSN 0/0 with the slot's creation point.
+func TestReadTailPassesOverOneShots(t *testing.T) {
+	for name, last := range map[string]crafted{
+		"marked":   {id: "again", at: at(0, 0), src: relayB, replay: contract.ReplayRetry},
+		"unmarked": {id: "again", at: at(0, 0), src: relayB},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, natsjs.StreamConfig{})
+			var msgs []crafted
+			for i := 0; i < 40; i++ {
+				msgs = append(msgs, crafted{id: fmt.Sprintf("e%02d", i), at: at(pglogrepl.LSN(0x1000+0x10*i), 0), src: relayB})
+			}
+			put(t, e.js, append(msgs, last)...)
+			got := readTail(t, Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x1000 + 0x10*30, Source: relayB})
+			var ids []string
+			for _, ev := range got {
+				ids = append(ids, ev.ID)
+			}
+			want := []string{"e30", "e31", "e32", "e33", "e34", "e35", "e36", "e37", "e38", "e39", "again"}
+			if !slices.Equal(ids, want) {
+				t.Fatalf("the tail from e30's position holds %v, want %v", ids, want)
+			}
+		})
 	}
 }
 
@@ -166,14 +240,14 @@ func TestLastEventOfThisRelay(t *testing.T) {
 	defer cancel()
 	mine := sink.Source{System: relayB.System, Timeline: 3, Slot: relayB.Slot}
 
-	put(t, e.js, crafted{"a0", at(0x10, 0), relayA, false})
+	put(t, e.js, crafted{id: "a0", at: at(0x10, 0), src: relayA})
 	if last, err := LastEvent(ctx, e.stream, mine, "outbox.>", testDeadLetter); err != nil || last != nil {
 		t.Fatalf("a stream holding only another relay's message: last %+v, %v", last, err)
 	}
-	put(t, e.js, crafted{"b1", at(0x20, 0), relayB, false})
+	put(t, e.js, crafted{id: "b1", at: at(0x20, 0), src: relayB})
 	// Far more of A's messages than one read back covers.
 	for i := 0; i < 2500; i++ {
-		if err := e.nc.PublishMsg(crafted{fmt.Sprintf("a%d", i+1), at(0x30, uint32(i)), relayA, false}.msg()); err != nil {
+		if err := e.nc.PublishMsg(crafted{id: fmt.Sprintf("a%d", i+1), at: at(0x30, uint32(i)), src: relayA}.msg()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +259,7 @@ func TestLastEventOfThisRelay(t *testing.T) {
 	if last, err := LastEvent(ctx, e.stream, sink.Source{}, "outbox.>"); err != nil || last == nil || last.ID != "a2500" {
 		t.Fatalf("without a source, the last relay message is %+v, %v; want a2500", last, err)
 	}
-	put(t, e.js, crafted{"legacy", at(0x40, 0), sink.Source{}, true})
+	put(t, e.js, crafted{id: "legacy", at: at(0x40, 0), src: sink.Source{}, dead: true})
 	if last, err := LastEvent(ctx, e.stream, mine, "outbox.>", testDeadLetter); err != nil || last == nil || last.ID != "legacy" {
 		t.Fatalf("a message of an older relay does not count: %+v, %v", last, err)
 	}

@@ -23,6 +23,13 @@ import (
 // the relay's newest message behind others reads back through them, in
 // batches.
 func LastEvent(ctx context.Context, stream natsjs.Stream, src sink.Source, subjects ...string) (*sink.StoredEvent, error) {
+	return LastEventOf(ctx, stream, func(ev sink.StoredEvent) bool { return sink.OwnedBy(ev, src) }, subjects...)
+}
+
+// LastEventOf returns the newest message on any of the subjects that
+// carries the relay's headers and that keep accepts (status: the newest
+// message of the table, sink.OfTable), or nil when there is none.
+func LastEventOf(ctx context.Context, stream natsjs.Stream, keep func(sink.StoredEvent) bool, subjects ...string) (*sink.StoredEvent, error) {
 	var last *sink.StoredEvent
 	for _, subj := range subjects {
 		msg, err := stream.GetLastMsgForSubject(ctx, subj)
@@ -33,8 +40,8 @@ func LastEvent(ctx context.Context, stream natsjs.Stream, src sink.Source, subje
 			return nil, fmt.Errorf("read the last message on %q: %w", subj, err)
 		}
 		ev, ok := ParseStored(msg)
-		if !ok || !sink.OwnedBy(ev, src) {
-			found, err := lastBefore(ctx, stream, subj, msg.Sequence, src)
+		if !ok || !keep(ev) {
+			found, err := lastBefore(ctx, stream, subj, msg.Sequence, keep)
 			if err != nil {
 				return nil, fmt.Errorf("read the relay's last message on %q: %w", subj, err)
 			}
@@ -51,8 +58,8 @@ func LastEvent(ctx context.Context, stream natsjs.Stream, src sink.Source, subje
 }
 
 // lastBefore returns the newest message before sequence end on subject
-// that src owns, or nil: it reads back in windows that double in size.
-func lastBefore(ctx context.Context, stream natsjs.Stream, subject string, end uint64, src sink.Source) (*sink.StoredEvent, error) {
+// that keep accepts, or nil: it reads back in windows that double in size.
+func lastBefore(ctx context.Context, stream natsjs.Stream, subject string, end uint64, keep func(sink.StoredEvent) bool) (*sink.StoredEvent, error) {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read stream info: %w", err)
@@ -66,7 +73,7 @@ func lastBefore(ctx context.Context, stream natsjs.Stream, subject string, end u
 		}
 		var found *sink.StoredEvent
 		err := readRange(ctx, stream, info.Config.Name, []string{subject}, Read{From: from, HeadersOnly: true, brief: true}, end-1, func(m *natsjs.RawStreamMsg) bool {
-			if ev, ok := ParseStored(m); ok && sink.OwnedBy(ev, src) {
+			if ev, ok := ParseStored(m); ok && keep(ev) {
 				found = &ev
 			}
 			return true
@@ -94,6 +101,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 		AggregateID:   msg.Header.Get(contract.HeaderAggregateID),
 		CreatedAt:     msg.Header.Get(contract.HeaderCreatedAt),
 		Table:         msg.Header.Get(contract.HeaderTable),
+		Replay:        msg.Header.Get(contract.HeaderReplay),
 	}
 	pos, ok := parsePosition(msg)
 	if !ok {
@@ -106,6 +114,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 	if rest, ok := strings.CutPrefix(ev.ID, contract.DeadLetterMsgIDPrefix); ok {
 		ev.ID, ev.DeadLetter = rest, true
 		ev.Reason = msg.Header.Get(contract.HeaderDeadLetterReason)
+		ev.RowID = headerValue(msg.Header, contract.HeaderEventID)
 	}
 	return ev, true
 }
@@ -145,6 +154,12 @@ func parseSource(msg *natsjs.RawStreamMsg) (src sink.Source, ok bool) {
 		if src.Origin, err = pglogrepl.ParseLSN(origin); err != nil {
 			return sink.Source{}, false
 		}
+	}
+	if src.Database, ok = decodeName(msg.Header.Get(contract.HeaderSourceDatabase)); !ok {
+		return sink.Source{}, false
+	}
+	if src.Table, ok = decodeName(msg.Header.Get(contract.HeaderSourceTable)); !ok {
+		return sink.Source{}, false
 	}
 	return src, true
 }

@@ -2,8 +2,11 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -54,11 +58,17 @@ type Config struct {
 	// messages are candidates for that check until the first PubAck.
 	StartSeq uint64
 	// RecordDeadLetter, when set, records a dead-lettered event (in
-	// Postgres) before it counts as settled. It is retried until it succeeds.
-	RecordDeadLetter func(ctx context.Context, ev *decode.Event, reason string) error
+	// Postgres) before it counts as settled; stored is the id its dead
+	// letter is stored under (its Nats-Msg-Id without
+	// contract.DeadLetterMsgIDPrefix). It is retried until it succeeds.
+	RecordDeadLetter func(ctx context.Context, ev *decode.Event, stored, reason string) error
 	// Source, when set, is stamped on every message (the Outbox-Source-*
 	// headers), so that the relay can tell its messages from others'.
 	Source *sink.Stamp
+	// Replay, when set, marks every message as published again by hand
+	// (contract.HeaderReplay, with this value): a one-shot publish from
+	// the table, outside any slot's commit order.
+	Replay string
 	// FirstStored, when set, is called once, when the first message is
 	// stored (its PubAck received), on the goroutine receiving PubAcks,
 	// with the Publisher's lock held: it must not block. The relay ends its
@@ -116,11 +126,17 @@ type Publisher struct {
 	inbox   string // replies arrive on inbox + "<seq>.<attempt>"
 	sub     *nats.Subscription
 	maxSize int
+	// instance tells this publisher's dead letters of events read from
+	// the table apart from any other's (see deadLetterID).
+	instance string
 
-	sendMu   sync.Mutex         // held while writing, so messages leave in sequence order
-	wire     *wireMsg           // guarded by sendMu
-	subjects *sink.SubjectCache // guarded by sendMu
-	replyBuf []byte             // guarded by sendMu
+	sendMu sync.Mutex // held while writing, so messages leave in sequence order
+	wire   *wireMsg   // guarded by sendMu
+	// probeGuard, when set, is the Nats-Expected-Last-Subject-Sequence the
+	// next message written (recovery\'s probe) carries. Guarded by sendMu.
+	probeGuard string
+	subjects   *sink.SubjectCache // guarded by sendMu
+	replyBuf   []byte             // guarded by sendMu
 
 	mu       sync.Mutex
 	conn     uint64 // the newest connection seen; older ones have nothing on the wire
@@ -132,6 +148,11 @@ type Publisher struct {
 	bytes    int    // payload bytes held by unsettled slots
 	healthy  bool   // false from a failure until recovery resent everything
 	problem  error  // the failure that started the current outage
+	// lastFailure is the latest failure (recovery's probe's, in an outage).
+	lastFailure error
+	// beforeProbe, set by tests only, runs just before recovery sends its
+	// probe (after the stream was read and the probe's guard computed).
+	beforeProbe func(ev *decode.Event)
 	// streamName is Config.Stream's name, lastStreamSeq the newest
 	// sequence in it of a released message (settled, and every earlier
 	// one too): an unacknowledged message it holds comes after it. PubAcks
@@ -199,7 +220,8 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		log:      log,
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
-		wire:     newWireMsg().withSource(cfg.Source),
+		instance: newInstance(),
+		wire:     newWireMsg().withSource(cfg.Source).withReplay(cfg.Replay),
 		subjects: sink.NewSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
 		mask:     uint64(size - 1),
@@ -388,7 +410,7 @@ func (p *Publisher) connectionSeenLocked(conn uint64) {
 // Rejects returns why ev cannot be published as it is (it would go to the
 // dead-letter subject), or "" when it can.
 func (p *Publisher) Rejects(ev *decode.Event) string {
-	w := newWireMsg().withSource(p.cfg.Source)
+	w := newWireMsg().withSource(p.cfg.Source).withReplay(p.cfg.Replay)
 	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
 	p.sendMu.Lock() // guards maxSize
 	defer p.sendMu.Unlock()
@@ -423,14 +445,17 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
 			p.markDeadLetter(seq, deadLetter)
+		} else if p.probeGuard != "" {
+			p.wire.set(natsjs.ExpectedLastSubjSeqHeader, p.probeGuard)
 		}
 	}
+	p.probeGuard = ""
 	if deadLetter != "" {
 		limit := p.maxSize
 		if bare {
 			limit = 0
 		}
-		p.wire.fillDeadLetter(ev, p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
+		p.wire.fillDeadLetter(ev, p.deadLetterID(ev, seq), p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
 		p.log.Warn().Str("event_id", ev.ID).Str("table", ev.Table).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
 			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
@@ -632,6 +657,7 @@ func (p *Publisher) advanceLocked() {
 func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
 	p.metrics.failed(s.ev.EventType)
+	p.lastFailure = err
 	if !p.healthy {
 		return
 	}
@@ -668,4 +694,28 @@ func failureReason(err error) string {
 	default:
 		return "other"
 	}
+}
+
+// deadLetterID is the id the dead letter of ev, handed over as seq, is
+// stored under: its Nats-Msg-Id without contract.DeadLetterMsgIDPrefix.
+// It is the event's id; for an id a Nats-Msg-Id cannot carry, the event's
+// WAL position, unique in the slot's WAL (sink.StoredID). An event read
+// from the table has none: its position (commit LSN 0) restarts with
+// every polling batch, every slot creation and every one-shot run, and
+// JetStream would drop the second dead letter at one as a duplicate. Its
+// id adds this publisher's instance and seq: unique in the stream, and
+// the same on every resend of it.
+func (p *Publisher) deadLetterID(ev *decode.Event, seq uint64) string {
+	id := sink.StoredID(ev)
+	if contract.CheckID(ev.ID) == "" || ev.Position.CommitLSN != 0 {
+		return id
+	}
+	return id + "@" + p.instance + "." + strconv.FormatUint(seq, 10)
+}
+
+// newInstance returns 16 random hex digits.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

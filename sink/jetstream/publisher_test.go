@@ -221,7 +221,7 @@ func TestDeadLetterWhileNextFlow(t *testing.T) {
 			var records []record
 			var p *Publisher
 			cfg := Config{Window: 8, AckTimeout: 2 * time.Second, Stream: e.stream,
-				RecordDeadLetter: func(_ context.Context, ev *decode.Event, reason string) error {
+				RecordDeadLetter: func(_ context.Context, ev *decode.Event, _, reason string) error {
 					mu.Lock()
 					defer mu.Unlock()
 					records = append(records, record{ev.ID, reason, p.AckedThrough()})

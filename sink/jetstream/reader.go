@@ -31,7 +31,7 @@ func (r *Reader) Last(ctx context.Context) (*sink.StoredEvent, error) {
 	return LastEvent(ctx, r.stream, r.Owner(), r.events, r.dead)
 }
 
-// Tail calls fn for the events of the relay's very slot stored with a
+// Tail calls fn for the events of the relay's table stored with a
 // commit position at or after from: in the events' stream, then in the
 // dead-letter subject's stream when that is another (see ReadTail).
 func (r *Reader) Tail(ctx context.Context, from pglogrepl.LSN, fn func(sink.StoredEvent)) error {

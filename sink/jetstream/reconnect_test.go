@@ -28,7 +28,7 @@ func TestOrderAcrossReconnect(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	p := e.publisher(t, Config{Window: 64, AckTimeout: 5 * time.Second, Stream: e.stream,
-		RecordDeadLetter: func(ctx context.Context, _ *decode.Event, _ string) error {
+		RecordDeadLetter: func(ctx context.Context, _ *decode.Event, _, _ string) error {
 			once.Do(func() { close(recording) })
 			select {
 			case <-release:

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
@@ -117,10 +119,17 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.resume(attempt, time.Since(started))
 			return
 		}
+		p.mu.Lock()
+		problem, last := p.problem, p.lastFailure
+		p.mu.Unlock()
+		var se *ServerError
+		if errors.As(last, &se) && se.ErrCode == errCodeWrongLastSequence {
+			// The guard refused the probe: the stream changed since it
+			// was read (a late copy of the event, maybe). Read it again.
+			p.log.Info().Msg("the first event's subject changed since the stream was read: reading it again before republishing")
+			continue
+		}
 		if logs.Allow() {
-			p.mu.Lock()
-			problem := p.problem
-			p.mu.Unlock()
 			p.log.Warn().Err(problem).Int("attempt", attempt).Dur("outage", time.Since(started).Round(time.Millisecond)).
 				Str("hint", Hint(problem)).Msg("JetStream still not accepting the next event; retrying")
 		}
@@ -199,8 +208,20 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 		return true
 	}
 	seq := p.sendNext
+	s := &p.ring[seq&p.mask]
+	ev, deadLetter := s.ev, s.deadLetter != "" || s.ev.Problem != ""
 	p.mu.Unlock()
 
+	guard := ""
+	if !deadLetter {
+		guard = p.subjectGuard(ctx, &ev)
+	}
+	if p.beforeProbe != nil {
+		p.beforeProbe(&ev)
+	}
+	p.sendMu.Lock()
+	p.probeGuard = guard
+	p.sendMu.Unlock()
 	p.sendQueued(true)
 	for {
 		p.mu.Lock()
@@ -214,6 +235,41 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 			return false
 		}
 	}
+}
+
+// subjectGuard returns the stream sequence of the last message on ev's
+// subject, as a Nats-Expected-Last-Subject-Sequence for the probe ("" when
+// it cannot be read: the probe then goes unguarded).
+//
+// The probe republishes the first unacknowledged event. Its first attempt
+// may still have been in the server's queue when reconcile read the
+// stream, and stored since: republished past the dedup window, it would
+// be stored twice. Guarded, the probe is stored only if nothing reached
+// its subject since this read; otherwise JetStream refuses it
+// (errCodeWrongLastSequence) and recovery reads the stream again.
+func (p *Publisher) subjectGuard(ctx context.Context, ev *decode.Event) string {
+	if p.cfg.Stream == nil {
+		return ""
+	}
+	subject := p.cfg.Subject.Render(ev)
+	var last uint64
+	err := p.request(ctx, func(ctx context.Context) error {
+		m, err := p.cfg.Stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			last = 0
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		last = m.Sequence
+		return nil
+	})
+	if err != nil {
+		p.log.Warn().Err(err).Str("subject", subject).Msg("cannot read the last message on the first event's subject: republishing it relies on the dedup window")
+		return ""
+	}
+	return strconv.FormatUint(last, 10)
 }
 
 // awaitEvent waits during recovery for a connection change, a tick or a
@@ -327,7 +383,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 			continue
 		}
 		if s.deadLetter != "" || s.ev.Problem != "" {
-			dead[deadLetterMsgID(&s.ev)] = seq
+			dead[contract.DeadLetterMsgID(p.deadLetterID(&s.ev, s.seq))] = seq
 		} else {
 			events[s.ev.MsgID()] = seq
 		}
@@ -475,7 +531,7 @@ func (p *Publisher) recordDeadLetters(ctx context.Context) {
 		ev, reason := s.ev, s.deadLetter
 		p.mu.Unlock()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := p.cfg.RecordDeadLetter(rctx, &ev, reason)
+		err := p.cfg.RecordDeadLetter(rctx, &ev, p.deadLetterID(&ev, seq), reason)
 		cancel()
 		if err != nil {
 			if p.recordLogs.Allow() {

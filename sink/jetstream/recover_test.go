@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,7 +101,7 @@ func TestDeadLetterRecordedDuringOutage(t *testing.T) {
 	var mu sync.Mutex
 	var recorded []string
 	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second, Stream: e.stream,
-		RecordDeadLetter: func(_ context.Context, ev *decode.Event, _ string) error {
+		RecordDeadLetter: func(_ context.Context, ev *decode.Event, _, _ string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			recorded = append(recorded, ev.ID)
@@ -150,5 +151,51 @@ func TestDeadLetterRecordedDuringOutage(t *testing.T) {
 	}
 	if got := records(); len(got) != 1 {
 		t.Fatalf("dead letters recorded %v, want one", got)
+	}
+}
+
+// TestRecoveryProbeOfAnEventStoredLate: an event's first attempt reaches
+// the stream only after recovery read it (its PubAck timed out while the
+// message was still on its way), and recovery's probe of that event goes
+// out past the duplicate window. The probe carries the subject's last
+// sequence as recovery read it: JetStream refuses it, recovery reads the
+// stream again, finds the event and does not store it twice.
+func TestRecoveryProbeOfAnEventStoredLate(t *testing.T) {
+	const dupWindow = 100 * time.Millisecond // JetStream's smallest
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow})
+	p := e.publisher(t, Config{Window: 8, AckTimeout: time.Second, Stream: e.stream})
+	var probes atomic.Int32
+	p.beforeProbe = func(ev *decode.Event) {
+		if probes.Add(1) > 1 || ev.ID != event(1, nil).ID {
+			return
+		}
+		// The first attempt lands now, after recovery's read; then the
+		// window passes before the probe goes out.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := e.js.PublishMsg(ctx, EventMsg(ev, p.cfg.Subject.Render(ev))); err != nil {
+			t.Errorf("store the late first attempt: %v", err)
+		}
+		time.Sleep(3 * dupWindow) // Not synchronisation: the window must pass.
+	}
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The first attempt is lost on the way (the test stores it late).
+	e.dialer.blackhole()
+	publishRange(ctx, t, p, 1, 1)
+	waitFor(t, 5*time.Second, "event 1 written to the lost connection", func() bool { return e.dialer.swallowed(event(1, nil).ID) })
+	e.dialer.mu.Lock()
+	for _, c := range e.dialer.conns {
+		c.blackhole.Store(false)
+	}
+	e.dialer.mu.Unlock()
+
+	waitFor(t, 20*time.Second, "recovery's probe", func() bool { return probes.Load() >= 1 })
+	publishRange(ctx, t, p, 2, 3)
+	drain(t, p, 20*time.Second)
+	if got, want := ids(e.contents(t)), wantIDs(1, 3); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
 	}
 }

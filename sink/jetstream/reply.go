@@ -46,6 +46,9 @@ const (
 	errCodeMessageTooLarge = 10054 // message size exceeds maximum allowed
 	errCodeHeaderTooLarge  = 10097 // header size exceeds maximum allowed of 64k
 	errCodeStoreFailed     = 10077 // store failure, e.g. "maximum messages exceeded" with discard new
+	// errCodeWrongLastSequence refuses recovery's guarded probe: its
+	// subject changed since recovery read the stream (see subjectGuard).
+	errCodeWrongLastSequence = 10071
 )
 
 // Permanent reports whether err can never succeed for this message, however

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/sink"
 )
 
 // TestWireTable: a message names its event's table (Outbox-Table); with
@@ -29,7 +30,7 @@ func TestWireTable(t *testing.T) {
 	if !ok || stored.ID != "shop.order_events/1" || stored.Table != "shop.order_events" {
 		t.Errorf("read back as %+v, %v", stored, ok)
 	}
-	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "too large", 1<<20)
+	w.fillDeadLetter(ev, sink.StoredID(ev), "dlq", "r", "outbox.order.created", "too large", 1<<20)
 	if got := w.msg.Header.Get(contract.HeaderMsgID); got != contract.DeadLetterMsgID("shop.order_events/1") {
 		t.Errorf("dead letter's Nats-Msg-Id = %q", got)
 	}
@@ -44,5 +45,31 @@ func TestWireTable(t *testing.T) {
 	w.fillEvent(one, "s", "r")
 	if got := w.msg.Header.Get(contract.HeaderMsgID); got != "1" {
 		t.Errorf("one table: Nats-Msg-Id = %q, want the plain id", got)
+	}
+}
+
+// TestWireSourceTableOfSeveral: a relay of several tables is stamped with
+// all of them, and each message's Outbox-Source-Table names its own
+// event's table (a table-less event: the first), so that what the stream
+// holds is read back per table (sink.Source.SameTable); a relay of one
+// table stamps its table as before.
+func TestWireSourceTableOfSeveral(t *testing.T) {
+	src := sink.Source{System: "7", Slot: "s", Database: "db", Table: "public.a,shop.b"}
+	w := newWireMsg().withSource(sink.NewStamp(src))
+	for _, tc := range []struct{ table, want string }{{"shop.b", "shop.b"}, {"public.a", "public.a"}, {"", "public.a"}, {"shop.b", "shop.b"}} {
+		ev := &decode.Event{ID: "1", Table: tc.table, QualifyID: true, Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x10}}
+		w.fillEvent(ev, "s", "r")
+		if got := w.msg.Header.Get(contract.HeaderSourceTable); got != tc.want {
+			t.Errorf("event of %q: Outbox-Source-Table = %q, want %q", tc.table, got, tc.want)
+		}
+		stored, ok := ParseStored(&natsjs.RawStreamMsg{Header: w.msg.Header, Sequence: 1})
+		if !ok || !src.SameTable(stored.Source) || stored.Source.Table != tc.want {
+			t.Errorf("event of %q read back as %+v (%v), not of the relay's tables", tc.table, stored.Source, ok)
+		}
+	}
+	one := newWireMsg().withSource(sink.NewStamp(sink.Source{System: "7", Slot: "s", Database: "db", Table: "public.a"}))
+	one.fillEvent(&decode.Event{ID: "1", Table: "public.a", Payload: []byte(`{}`)}, "s", "r")
+	if got := one.msg.Header.Get(contract.HeaderSourceTable); got != "public.a" {
+		t.Errorf("one table: Outbox-Source-Table = %q", got)
 	}
 }

@@ -111,17 +111,22 @@ type Tail struct {
 	DeadLetterSubject string
 	// From is the slot's confirmed position: the replay starts there.
 	From pglogrepl.LSN
-	// Source is the relay's. Only messages decoded from its very slot
-	// (Source.SameSlot) are read back: another relay's, an older relay's
-	// (without the Outbox-Source-* headers) or an earlier slot's are never
-	// taken for this one's, whatever their position.
+	// Source is the relay's. Only messages of its table from its Postgres
+	// system (Source.SameTable: whatever slot decoded them, as the same
+	// WAL gives the same event the same position and id) are read back:
+	// another table's, another cluster's, or an older relay's without the
+	// Outbox-Source-* headers are never taken for this one's, whatever
+	// their position.
 	Source sink.Source
 }
 
 // ReadTail calls fn, in stream order (the events' stream, then the
 // dead-letter stream when it is another), for every message of the
-// relay's slot with a commit LSN at or after t.From: the events a slot
-// confirmed at From will replay and that the streams already hold.
+// relay's table stored from where the tail starts with a commit LSN at or
+// after t.From, or with none (0/0: published from the table, by a slot's
+// take-up, a polling relay or by hand): the events a slot confirmed at
+// From will replay that the streams already hold, whichever slot of the
+// table published them.
 //
 // It finds where each stream's tail starts with a bounded number of
 // lookups (an exponential, then a binary search from the end; see
@@ -194,7 +199,7 @@ func readTailOf(ctx context.Context, stream natsjs.Stream, subjects []string, se
 		return err
 	}
 	return readRange(ctx, stream, info.Config.Name, held, Read{From: start, HeadersOnly: true}, info.State.LastSeq, func(m *natsjs.RawStreamMsg) bool {
-		if ev, ok := ParseStored(m); ok && ev.Position.CommitLSN >= from && src.SameSlot(ev.Source) {
+		if ev, ok := ParseStored(m); ok && (ev.Position.CommitLSN >= from || ev.Position.CommitLSN == 0) && src.SameTable(ev.Source) {
 			fn(ev)
 		}
 		return true
@@ -210,7 +215,11 @@ func readTailOf(ctx context.Context, stream natsjs.Stream, subjects []string, se
 // message places the tail when it is the relay's by its source, any
 // incarnation of its slot (or carries no source: published by an older
 // relay, normally this one): by its commit LSN, LSN 0 counting as before.
-// Other relays' messages have no place in this order and are passed over.
+// A message another slot streamed from the same table places it by its
+// commit LSN too (the same WAL, one slot streaming after the other). Other
+// relays' messages, rows another slot published from its snapshot, and
+// one-shot messages (verify --republish, dlq retry: LSN 0 stored after
+// later commits) have no place in this order and are passed over.
 // Should a message mislead the search, the tail only starts early (more is
 // read) or late (events are published again): nothing is ever skipped on
 // the search's word, since ReadTail's caller compares ids.
@@ -227,7 +236,12 @@ type tailSearch struct {
 // before from.
 func (s *tailSearch) places(m *natsjs.RawStreamMsg) (before, ok bool) {
 	ev, ok := ParseStored(m)
-	if !ok || !sink.OwnedBy(ev, s.src) {
+	switch {
+	case !ok || ev.OneShot():
+		return false, false
+	case sink.OwnedBy(ev, s.src):
+	case ev.Position.CommitLSN != 0 && s.src.SameTable(ev.Source):
+	default:
 		return false, false
 	}
 	return ev.Position.CommitLSN < s.from, true

@@ -90,11 +90,11 @@ func TestReadTailBoundedOverSnapshotRows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, natsjs.StreamConfig{Subjects: []string{"outbox.>", testDeadLetter}})
 			start := time.Now()
-			fillRows(t, e, rows, crafted{"row", at(0, 0), tc.snapshot, false})
+			fillRows(t, e, rows, crafted{id: "row", at: at(0, 0), src: tc.snapshot})
 			t.Logf("stored %d rows in %s", rows, time.Since(start))
 			var want []string
 			for i := 0; i < streamed; i++ {
-				c := crafted{fmt.Sprintf("ev-%d", i), at(relayB.Origin+pglogrepl.LSN(0x100*(i+1)), 0), relayB, false}
+				c := crafted{id: fmt.Sprintf("ev-%d", i), at: at(relayB.Origin+pglogrepl.LSN(0x100*(i+1)), 0), src: relayB}
 				put(t, e.js, c)
 				want = append(want, fmt.Sprintf("%s@%s", c.id, c.at))
 			}
@@ -132,17 +132,17 @@ func TestReadTailBoundedOverSnapshotRows(t *testing.T) {
 // number of lookups each, and never hide this relay's tail.
 func TestReadTailPassesOverOtherRelays(t *testing.T) {
 	e := newTestEnv(t, natsjs.StreamConfig{})
-	put(t, e.js, crafted{"b0", at(0x200, 0), relayB, false}, crafted{"b1", at(0x300, 0), relayB, false})
+	put(t, e.js, crafted{id: "b0", at: at(0x200, 0), src: relayB}, crafted{id: "b1", at: at(0x300, 0), src: relayB})
 	fill(t, e, 5000, func(i int) *nats.Msg {
 		lsn := pglogrepl.LSN(0)
 		if i >= 2500 {
 			lsn = 0x100 // A's positions are all before B's tail
 		}
-		return crafted{fmt.Sprintf("a-%d", i), at(lsn, uint32(i)), relayA, false}.msg()
+		return crafted{id: fmt.Sprintf("a-%d", i), at: at(lsn, uint32(i)), src: relayA}.msg()
 	})
-	put(t, e.js, crafted{"b2", at(0x400, 0), relayB, false})
+	put(t, e.js, crafted{id: "b2", at: at(0x400, 0), src: relayB})
 	fill(t, e, 3000, func(i int) *nats.Msg {
-		return crafted{fmt.Sprintf("a2-%d", i), at(0x150, uint32(i)), relayA, false}.msg()
+		return crafted{id: fmt.Sprintf("a2-%d", i), at: at(0x150, uint32(i)), src: relayA}.msg()
 	})
 	stream, requests := countingStream(t, e, testStream)
 	got := describe(readTail(t, Tail{Stream: stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: relayB}))
@@ -166,12 +166,12 @@ func TestReadTailDeadLetterStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, e.js,
-		crafted{"e0", at(0x200, 0), relayB, false},
-		crafted{"dead-old", at(0x200, 1), relayB, true},
-		crafted{"e1", at(0x300, 0), relayB, false},
-		crafted{"dead-1", at(0x300, 1), relayB, true},
-		crafted{"dead-a", at(0x300, 2), relayA, true},
-		crafted{"e2", at(0x300, 2), relayB, false},
+		crafted{id: "e0", at: at(0x200, 0), src: relayB},
+		crafted{id: "dead-old", at: at(0x200, 1), src: relayB, dead: true},
+		crafted{id: "e1", at: at(0x300, 0), src: relayB},
+		crafted{id: "dead-1", at: at(0x300, 1), src: relayB, dead: true},
+		crafted{id: "dead-a", at: at(0x300, 2), src: relayA, dead: true},
+		crafted{id: "e2", at: at(0x300, 2), src: relayB},
 	)
 	dead, err := DeadLetterStream(ctx, e.js, e.stream, testDeadLetter)
 	if err != nil || dead == nil || dead.CachedInfo().Config.Name != "DLQ" {

@@ -91,7 +91,7 @@ func TestWireMessage(t *testing.T) {
 func TestDeadLetterMessage(t *testing.T) {
 	w := newWireMsg()
 	big := &decode.Event{ID: "id-9", AggregateType: "a", AggregateID: "b", EventType: "c", Payload: make([]byte, 2000)}
-	w.fillDeadLetter(big, "dlq", "r", "outbox.a.c", "too large", 1000)
+	w.fillDeadLetter(big, "id-9", "dlq", "r", "outbox.a.c", "too large", 1000)
 	h := w.msg.Header
 	if h.Get(contract.HeaderMsgID) != contract.DeadLetterMsgIDPrefix+"id-9" || h.Get(contract.HeaderDeadLetterReason) != "too large" || h.Get(contract.HeaderOriginalSubject) != "outbox.a.c" {
 		t.Errorf("headers %v", h)
@@ -99,9 +99,48 @@ func TestDeadLetterMessage(t *testing.T) {
 	if len(w.msg.Data) != 0 || h.Get(contract.HeaderPayloadOmitted) == "" {
 		t.Error("a payload over the limit went into the dead letter")
 	}
-	w.fillDeadLetter(&decode.Event{Problem: "id is NULL", Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x10, Index: 2}}, "dlq", "r", "s", "id is NULL", 1000)
+	w.fillDeadLetter(&decode.Event{Problem: "id is NULL", Payload: []byte(`{}`), Position: decode.Position{CommitLSN: 0x10, Index: 2}}, "0/10#2", "dlq", "r", "s", "id is NULL", 1000)
 	if got := w.msg.Header.Get(contract.HeaderMsgID); got != contract.DeadLetterMsgIDPrefix+"0/10#2" || string(w.msg.Data) != `{}` {
 		t.Errorf("dead letter without id: Nats-Msg-Id %q, data %q", got, w.msg.Data)
+	}
+}
+
+// TestDeadLetterID: a dead letter is stored under the event's id; one a
+// Nats-Msg-Id cannot carry is replaced by the WAL position, and for an
+// event read from the table (commit LSN 0, whose index restarts with every
+// batch or run) by the position, the publisher's instance and its
+// sequence number: two publishers, or two batches of one, never store two
+// dead letters under one id. The row's id goes along in Outbox-Event-Id,
+// and ParseStored reads it back as the row holds it.
+func TestDeadLetterID(t *testing.T) {
+	p, q := &Publisher{instance: newInstance()}, &Publisher{instance: newInstance()}
+	wal := decode.Position{CommitLSN: 0x16B3748, Index: 2}
+	table := decode.Position{Index: 2}
+	for _, c := range []struct {
+		ev   decode.Event
+		want string
+	}{
+		{decode.Event{ID: "id-9", Position: wal}, "id-9"},
+		{decode.Event{ID: "id-9", Position: table}, "id-9"},
+		{decode.Event{ID: "order 42", Position: wal}, "0/16B3748#2"},
+		{decode.Event{ID: "", Position: wal}, "0/16B3748#2"},
+		{decode.Event{ID: "order 42", Position: table}, "0/0#2@" + p.instance + ".7"},
+		{decode.Event{ID: "", Position: table}, "0/0#2@" + p.instance + ".7"},
+	} {
+		if got := p.deadLetterID(&c.ev, 7); got != c.want {
+			t.Errorf("deadLetterID(%q at %s, 7) = %q, want %q", c.ev.ID, c.ev.Position, got, c.want)
+		}
+	}
+	ev := decode.Event{ID: " order 42\n", Position: table}
+	ids := map[string]bool{p.deadLetterID(&ev, 7): true, p.deadLetterID(&ev, 8): true, q.deadLetterID(&ev, 7): true}
+	if len(ids) != 3 {
+		t.Errorf("dead-letter ids of table events, two sequence numbers and two publishers: %v, want 3 different", ids)
+	}
+	w := newWireMsg()
+	w.fillDeadLetter(&ev, p.deadLetterID(&ev, 7), "dlq", "r", "s", "id contains whitespace", 1000)
+	got, ok := ParseStored(&natsjs.RawStreamMsg{Header: w.msg.Header})
+	if !ok || !got.DeadLetter || got.RowID != ev.ID || got.ID != p.deadLetterID(&ev, 7) {
+		t.Errorf("ParseStored: dead letter %v, id %q, row id %q (ok %v); want the row id %q", got.DeadLetter, got.ID, got.RowID, ok, ev.ID)
 	}
 }
 
@@ -124,7 +163,7 @@ func TestWireSource(t *testing.T) {
 		t.Errorf("origin stamped before it is known: %v", h)
 	}
 	stamp.Set(sink.Source{System: "7301234567890123456", Timeline: 2, Slot: "outbox_relay", Origin: 0x1A2B3C4})
-	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "too large", 1000)
+	w.fillDeadLetter(ev, ev.ID, "dlq", "r", "outbox.order.created", "too large", 1000)
 	if h := w.msg.Header; h.Get(contract.HeaderSourceOrigin) != "0/1A2B3C4" || h.Get(contract.HeaderSourceTimeline) != "2" {
 		t.Errorf("dead letter after Set: %v", h)
 	}
@@ -205,8 +244,67 @@ func TestWireOwnHeaders(t *testing.T) {
 	if after := headerSize(w.msg.Header); after >= before {
 		t.Errorf("header size %d with the event's headers, %d without", before, after)
 	}
-	w.fillDeadLetter(ev, "dlq", "r", "outbox.order.created", "refused", 1<<20)
+	w.fillDeadLetter(ev, ev.ID, "dlq", "r", "outbox.order.created", "refused", 1<<20)
 	if w.msg.Header.Get("traceparent") != "00-abc-01" {
 		t.Errorf("dead letter lost the event's headers: %v", w.msg.Header)
+	}
+}
+
+// TestWireTableIdentity: the database and table travel with the source,
+// exactly (a name with '%' or spaces is percent-encoded and read back),
+// and the one-shot mark with every message of a publisher that sets it;
+// SameTable takes a message for the table's by system, database and table
+// whatever the slot, and an older relay's (without the table headers) only
+// by its slot.
+func TestWireTableIdentity(t *testing.T) {
+	src := sink.Source{System: "7301234567890123456", Timeline: 1, Slot: "outbox_relay", Origin: 0x10, Database: "my db 100%", Table: "public.outbox_events"}
+	w := newWireMsg().withSource(sink.NewStamp(src)).withReplay(contract.ReplayRetry)
+	ev := &decode.Event{ID: "id-1", AggregateType: "order", AggregateID: "42", EventType: "created", Payload: []byte(`{}`)}
+	w.fillEvent(ev, "outbox.order.created", "r")
+	if got := w.msg.Header.Get(contract.HeaderSourceDatabase); got != "my%20db%20100%25" {
+		t.Errorf("%s = %q", contract.HeaderSourceDatabase, got)
+	}
+	got, ok := ParseStored(&natsjs.RawStreamMsg{Header: w.msg.Header})
+	if !ok || got.Source != src || got.Replay != contract.ReplayRetry || !got.OneShot() {
+		t.Errorf("ParseStored: %+v (ok %v), want source %+v marked %q", got, ok, src, contract.ReplayRetry)
+	}
+	w.fillDeadLetter(ev, ev.ID, "dlq", "r", "outbox.order.created", "too large", 1000)
+	if w.msg.Header.Get(contract.HeaderReplay) != contract.ReplayRetry {
+		t.Errorf("a dead letter of a one-shot publish is not marked: %v", w.msg.Header)
+	}
+	if plain := newWireMsg().withSource(sink.NewStamp(src)); true {
+		plain.fillEvent(ev, "outbox.order.created", "r")
+		if _, ok := plain.msg.Header[contract.HeaderReplay]; ok {
+			t.Error("a relay's message marked as a one-shot")
+		}
+	}
+	h := nats.Header{contract.HeaderMsgID: {"a"}, contract.HeaderCommitLSN: {"0/10"}, contract.HeaderTxnIndex: {"0"}}
+	SetSourceHeaders(h, src)
+	h.Set(contract.HeaderSourceTable, "bad%zz")
+	if _, ok := ParseStored(&natsjs.RawStreamMsg{Header: h}); ok {
+		t.Error("a malformed table header was read")
+	}
+
+	me := sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox_events"}
+	for _, c := range []struct {
+		m    sink.Source
+		same bool
+	}{
+		{sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "renamed", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "poll:public.outbox_events", Database: "app", Table: "public.outbox_events"}, true},
+		{sink.Source{System: "1", Slot: "s", Database: "app", Table: "public.outbox2"}, false},
+		{sink.Source{System: "1", Slot: "s", Database: "other", Table: "public.outbox_events"}, false},
+		{sink.Source{System: "2", Slot: "s", Database: "app", Table: "public.outbox_events"}, false},
+		{sink.Source{System: "1", Slot: "s"}, true},        // an older relay of this slot
+		{sink.Source{System: "1", Slot: "renamed"}, false}, // an older relay of another slot: table unknown
+		{sink.Source{}, false},
+	} {
+		if got := me.SameTable(c.m); got != c.same {
+			t.Errorf("SameTable(%+v) = %v, want %v", c.m, got, c.same)
+		}
+	}
+	if !sink.OfTable(sink.StoredEvent{}, me) || sink.OfTable(sink.StoredEvent{Source: sink.Source{System: "2"}}, me) {
+		t.Error("OfTable: an unstamped message is not taken for the table's, or another system's is")
 	}
 }

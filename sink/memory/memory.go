@@ -147,7 +147,7 @@ func (s *Sink) storeLocked(ev *decode.Event) {
 	st := sink.StoredEvent{
 		Seq: uint64(len(s.stored) + 1), Time: time.Now(), ID: sink.StoredID(ev), Position: ev.Position,
 		AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, CreatedAt: ev.CreatedAt,
-		Table: ev.Table, Source: s.stamp.Source(),
+		Table: ev.Table, Source: s.stamp.Source().OfEvent(ev.Table),
 	}
 	if reason := s.rejectLocked(ev); reason != "" {
 		st.DeadLetter, st.Reason = true, reason
@@ -205,12 +205,16 @@ func (s *Sink) Last(context.Context) (*sink.StoredEvent, error) {
 	return nil, nil
 }
 
-// Tail calls fn for the stored events of the owner's very slot at or
-// after from.
+// Tail calls fn for the stored events of the owner's table (any slot) at
+// or after from, or published from the table (commit LSN 0/0); it reads
+// the whole sink, where the JetStream reader searches for the tail's start.
 func (s *Sink) Tail(_ context.Context, from pglogrepl.LSN, fn func(sink.StoredEvent)) error {
 	owner := s.Owner()
+	if owner.Origin == 0 {
+		return nil // as the JetStream reader: nothing is known to be the slot's
+	}
 	for _, ev := range s.snapshot() {
-		if ev.Position.CommitLSN >= from && owner.SameSlot(ev.Source) {
+		if (ev.Position.CommitLSN >= from || ev.Position.CommitLSN == 0) && owner.SameTable(ev.Source) {
 			fn(ev)
 		}
 	}

@@ -4,118 +4,112 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
-
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/components"
-	"github.com/go-echarts/go-echarts/v2/opts"
 )
 
 // writeHTML writes the run's charts as one HTML page: how each drain
 // progressed from the relay's start, the relay's throughput beside
 // pg_recvlogical's and JetStream's on the same backlogs, and the
-// distribution of commit-to-stored latencies at each rate. The page draws
-// them with ECharts (go-echarts), which the browser loads from the
-// go-echarts asset host when the page is opened.
+// distribution of commit-to-stored latencies at each rate.
+//
+// The charts are SVG drawn here, inline in the page: it needs no script
+// and loads nothing, so it shows the same on an air-gapped machine, as a
+// CI artifact, or behind a Content-Security-Policy that forbids scripts
+// (as Jenkins serves its archived HTML). A charting library loaded from a
+// CDN rendered a blank page offline; embedding one would put a megabyte of
+// minified JavaScript in the repository and in every report.
 func (r *report) writeHTML(w io.Writer) error {
-	page := components.NewPage().SetPageTitle("outbox-relay bench")
-	page.SetLayout(components.PageFlexLayout)
-	if c := r.drainChart(); c != nil {
-		page.AddCharts(c)
+	var b strings.Builder
+	b.WriteString(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>outbox-relay bench</title>
+<style>
+body { font-family: sans-serif; margin: 16px; background: #ffffff; color: #333333; }
+.charts { display: flex; flex-wrap: wrap; justify-content: center; gap: 24px; }
+figure.chart { margin: 0; }
+figure.chart svg { max-width: 100%; height: auto; }
+</style>
+</head>
+<body>
+<div class="charts">
+`)
+	for _, c := range []*chart{r.drainChart(), r.throughputChart(), r.latencyChart()} {
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(&b, `<figure class="chart" id="%s" data-title="%s">`+"\n", c.id, esc(c.title))
+		c.svg(&b)
+		b.WriteString("</figure>\n")
 	}
-	if c := r.throughputChart(); c != nil {
-		page.AddCharts(c)
-	}
-	if c := r.latencyChart(); c != nil {
-		page.AddCharts(c)
-	}
-	if err := page.Render(w); err != nil {
+	b.WriteString("</div>\n</body>\n</html>\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write the HTML report: %w", err)
 	}
 	return nil
 }
 
-func chartSize() opts.Initialization {
-	return opts.Initialization{Width: "1100px", Height: "500px"}
-}
-
 // drainChart plots, for every drain, the events stored against the
 // seconds since the relay's process started.
-func (r *report) drainChart() *charts.Line {
-	type drain struct {
-		name  string
-		curve []curvePoint
+func (r *report) drainChart() *chart {
+	c := &chart{id: "drains", title: "Drains", subtitle: "events stored in the stream since the relay's process start",
+		xName: "seconds", yName: "events"}
+	add := func(name string, curve []curvePoint) {
+		if len(curve) < 2 {
+			return
+		}
+		s := series{name: name}
+		for _, p := range curve {
+			s.points = append(s.points, [2]float64{round(p.at.Seconds(), 3), float64(p.stored)})
+		}
+		c.series = append(c.series, s)
 	}
-	var drains []drain
 	for _, row := range r.rows {
-		if row.drain != nil && len(row.drain.curve) > 1 {
-			drains = append(drains, drain{row.kind + " " + row.what, row.drain.curve})
+		if row.drain != nil {
+			add(row.kind+" "+row.what, row.drain.curve)
 		}
 	}
-	for _, c := range r.colds {
-		if len(c.drain.curve) > 1 {
-			drains = append(drains, drain{"C1 " + c.label, c.drain.curve})
-		}
+	for _, cold := range r.colds {
+		add("C1 "+cold.label, cold.drain.curve)
 	}
-	if len(drains) == 0 {
+	if len(c.series) == 0 {
 		return nil
 	}
-	line := charts.NewLine()
-	line.SetGlobalOptions(
-		charts.WithInitializationOpts(chartSize()),
-		charts.WithTitleOpts(opts.Title{Title: "Drains", Subtitle: "events stored in the stream since the relay's process start"}),
-		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: "seconds"}),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "events"}),
-		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
-	)
-	for _, d := range drains {
-		data := make([]opts.LineData, len(d.curve))
-		for i, p := range d.curve {
-			data[i] = opts.LineData{Value: []float64{round(p.at.Seconds(), 3), float64(p.stored)}}
-		}
-		line.AddSeries(d.name, data, charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false)}))
-	}
-	return line
+	return c
 }
 
 // throughputChart compares, per backlog, the relay's drain with
 // pg_recvlogical's read of the same backlog and JetStream's limit.
-func (r *report) throughputChart() *charts.Bar {
-	var names []string
-	var relay, recv, limit []opts.BarData
+func (r *report) throughputChart() *chart {
+	c := &chart{id: "throughput", title: "Throughput", yName: "events/s",
+		subtitle: "events/s on the same backlog: the relay from its start, pg_recvlogical, JetStream storing alone"}
+	relay, recv, limit := series{name: "relay"}, series{name: "pg_recvlogical"}, series{name: "JetStream limit"}
+	addBar := func(s *series, v float64) {
+		s.points = append(s.points, [2]float64{float64(len(c.categories) - 1), round(v, 1)})
+	}
 	js := r.find("L2")
 	for _, row := range r.rows {
 		if row.kind != "R1" {
 			continue
 		}
-		names = append(names, row.kind+" "+row.what)
-		relay = append(relay, bar(row.rate()))
-		recv = append(recv, barOf(row.vsRecv))
-		limit = append(limit, barOf(js))
+		c.categories = append(c.categories, row.kind+" "+row.what)
+		addBar(&relay, row.rate())
+		addBar(&recv, rateOf(row.vsRecv))
+		addBar(&limit, rateOf(js))
 	}
-	for _, c := range r.colds {
-		names = append(names, "C1 "+c.label)
-		relay = append(relay, bar(perSecond(c.events, c.lastStored)))
-		recv = append(recv, bar(perSecond(c.events, c.recv)))
-		limit = append(limit, bar(perSecond(c.events, c.limit)))
+	for _, cold := range r.colds {
+		c.categories = append(c.categories, "C1 "+cold.label)
+		addBar(&relay, perSecond(cold.events, cold.lastStored))
+		addBar(&recv, perSecond(cold.events, cold.recv))
+		addBar(&limit, perSecond(cold.events, cold.limit))
 	}
-	if len(names) == 0 {
+	if len(c.categories) == 0 {
 		return nil
 	}
-	b := charts.NewBar()
-	b.SetGlobalOptions(
-		charts.WithInitializationOpts(chartSize()),
-		charts.WithTitleOpts(opts.Title{Title: "Throughput", Subtitle: "events/s on the same backlog: the relay from its start, pg_recvlogical, JetStream storing alone"}),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "events/s"}),
-		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
-	)
-	b.SetXAxis(names).
-		AddSeries("relay", relay).
-		AddSeries("pg_recvlogical", recv).
-		AddSeries("JetStream limit", limit)
-	return b
+	c.series = []series{relay, recv, limit}
+	return c
 }
 
 // latencyBuckets are the upper bounds of the latency histogram's buckets,
@@ -130,33 +124,24 @@ var latencyBuckets = func() []time.Duration {
 
 // latencyChart draws, for every rate, the share of events per latency
 // bucket.
-func (r *report) latencyChart() *charts.Bar {
+func (r *report) latencyChart() *chart {
 	if len(r.latencies) == 0 {
 		return nil
 	}
-	names := make([]string, len(latencyBuckets)+1)
-	for i, d := range latencyBuckets {
-		names[i] = "≤ " + ms(d)
+	c := &chart{id: "latency", title: "Latency, commit to stored", yName: "% of events",
+		subtitle: "share of events per bucket, one series per target rate"}
+	for _, d := range latencyBuckets {
+		c.categories = append(c.categories, "≤ "+ms(d))
 	}
-	names[len(latencyBuckets)] = "> " + ms(latencyBuckets[len(latencyBuckets)-1])
-	b := charts.NewBar()
-	b.SetGlobalOptions(
-		charts.WithInitializationOpts(chartSize()),
-		charts.WithTitleOpts(opts.Title{Title: "Latency, commit to stored", Subtitle: "share of events per bucket, one series per target rate"}),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "% of events"}),
-		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
-	)
-	b.SetXAxis(names)
+	c.categories = append(c.categories, "> "+ms(latencyBuckets[len(latencyBuckets)-1]))
 	for _, l := range r.latencies {
-		shares := histogram(l.latencies)
-		data := make([]opts.BarData, len(shares))
-		for i, s := range shares {
-			data[i] = bar(s)
+		s := series{name: fmt.Sprintf("%.0f/s", l.rate)}
+		for i, share := range histogram(l.latencies) {
+			s.points = append(s.points, [2]float64{float64(i), share})
 		}
-		b.AddSeries(fmt.Sprintf("%.0f/s", l.rate), data)
+		c.series = append(c.series, s)
 	}
-	return b
+	return c
 }
 
 // histogram returns the percentage of lats in each latency bucket.
@@ -177,13 +162,12 @@ func histogram(lats []time.Duration) []float64 {
 	return counts
 }
 
-func bar(v float64) opts.BarData { return opts.BarData{Value: round(v, 1)} }
-
-func barOf(row *benchRow) opts.BarData {
+// rateOf is row's rate, NaN (no bar) without a row.
+func rateOf(row *benchRow) float64 {
 	if row == nil {
-		return opts.BarData{Value: nil}
+		return math.NaN()
 	}
-	return bar(row.rate())
+	return row.rate()
 }
 
 func perSecond(events int, d time.Duration) float64 {

@@ -204,3 +204,10 @@ func queryBool(url, query string, args ...any) (bool, error) {
 	err = conn.QueryRow(ctx, query, args...).Scan(&ok)
 	return ok, err
 }
+
+// WaitTrue waits, up to two minutes, until query (a boolean) is true on
+// the server at url; what names the awaited state in the failure.
+func (p *Pair) WaitTrue(what, url, query string, args ...any) {
+	p.T.Helper()
+	p.poll(what, url, query, args...)
+}
