@@ -101,7 +101,7 @@ func TestAddingATable(t *testing.T) {
 	}
 	relay = suite.StartRelay(t, env, "--recreate-slot")
 	relay.WaitLog(relaytest.LogStreaming, 30*time.Second)
-	if n, ok := relaytest.LogNumber(relay, "publishing the committed rows the stream lacks", "missing"); !ok || n != 2 {
+	if n, ok := relaytest.LogNumber(relay, "published the rows the stream lacked, from the slot's snapshot", "missing"); !ok || n != 2 {
 		t.Errorf("the repair found %v rows missing (%v), want the 2 written while no relay ran", n, ok)
 	}
 	added := env.TxIn(relaytest.In(a, row), relaytest.In(b, row))
