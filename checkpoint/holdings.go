@@ -34,13 +34,16 @@ type Holdings struct {
 	ids         map[string]struct{}
 	deadLetters []sink.StoredEvent
 	from        pglogrepl.LSN
+	// qualify says the relay reads several tables: its dead letters are
+	// keyed by qualified ids (sink.RowKey).
+	qualify bool
 }
 
 // ReadHoldings reads what r holds, of the events of r's relay's table
 // (its owner's), with commit positions at or after from: the slot's confirmed
 // position, where its replay starts.
 func ReadHoldings(ctx context.Context, r sink.Reader, from pglogrepl.LSN) (*Holdings, error) {
-	h := &Holdings{from: from}
+	h := &Holdings{from: from, qualify: r.Owner().Several()}
 	err := r.Tail(ctx, from, func(ev sink.StoredEvent) {
 		if ev.Position.CommitLSN == 0 {
 			h.addID(ev.ID)
@@ -110,10 +113,15 @@ func (h *Holdings) From() pglogrepl.LSN {
 // Recording one that is listed already changes nothing (same commit: see
 // Store.RecordDeadLetter). Each is keyed as the relay that published it
 // keyed it (sink.DeadLetterKey): by the row's id its Outbox-Event-Id
-// carries, also one a Nats-Msg-Id cannot carry.
+// carries, also one a Nats-Msg-Id cannot carry; qualified by its table
+// (Outbox-Table) when the relay reads several tables.
 func (h *Holdings) RecordDeadLetters(ctx context.Context, store *Store) error {
 	for _, ev := range h.deadLetters {
-		key := sink.DeadLetterKey(ev.RowID, ev.ID)
+		table := ev.Table
+		if table == "" {
+			table = ev.Source.Table
+		}
+		key := sink.DeadLetterKey(sink.RowKey(table, ev.RowID, h.qualify), ev.ID)
 		if key == "" {
 			key = ev.Position.String()
 		}

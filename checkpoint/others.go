@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,8 +19,9 @@ import (
 // that is idle keeps WAL for nobody once no relay will use it again.
 type OtherSlot struct {
 	Slot string `json:"slot"`
-	// Table is the outbox table the record says the slot serves; "" when
-	// it was recorded by a relay older than that column.
+	// Table is the outbox table the record says the slot serves, or the
+	// tables of a relay of several, comma-separated (see SlotTables); ""
+	// when it was recorded by a relay older than that column.
 	Table     string `json:"table,omitempty"`
 	Exists    bool   `json:"exists"`
 	Active    bool   `json:"active"`
@@ -32,8 +34,22 @@ type OtherSlot struct {
 // Idle reports whether the slot exists and nothing streams from it.
 func (o OtherSlot) Idle() bool { return o.Exists && !o.Active }
 
-// Serves reports whether the record says the slot serves table.
-func (o OtherSlot) Serves(table contract.Table) bool { return o.Table == table.String() }
+// Serves reports whether the record says the slot serves table (alone, or
+// among the tables of a relay of several).
+func (o OtherSlot) Serves(table contract.Table) bool {
+	return slices.Contains(strings.Split(o.Table, ","), table.String())
+}
+
+// ServesAny returns the first of tables the record says the slot serves;
+// ok is false when it serves none of them.
+func (o OtherSlot) ServesAny(tables []contract.Table) (table contract.Table, ok bool) {
+	for _, t := range tables {
+		if o.Serves(t) {
+			return t, true
+		}
+	}
+	return contract.Table{}, false
+}
 
 // DropSQL is the SQL that drops the slot and its record in schema's
 // records table: for a slot no relay will use again (it keeps WAL).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -84,18 +86,36 @@ type Store struct {
 	table       string
 	deadLetters string
 	slot        string
-	// outboxTable is the outbox table the slot serves (schema.table),
-	// written with the record; "" leaves it unknown (see WithTable).
+	// outboxTable is the outbox table the slot serves (schema.table), or
+	// the tables of a relay of several (SlotTables), written with the
+	// record; "" leaves it unknown (see WithTable).
 	outboxTable string
 }
 
 // WithTable returns the same store, writing with the record that the slot
-// serves table: OtherSlots tells the slots of a table from those of
-// others by it.
-func (s *Store) WithTable(table contract.Table) *Store {
+// serves table, and the more tables of a relay of several: OtherSlots
+// tells the slots of a table from those of others by it.
+func (s *Store) WithTable(table contract.Table, more ...contract.Table) *Store {
 	c := *s
-	c.outboxTable = table.String()
+	c.outboxTable = SlotTables(append([]contract.Table{table}, more...))
 	return &c
+}
+
+// SlotTables is what the slot's record holds in outbox_table for a relay
+// of these tables: every one of them, sorted and comma-separated (a
+// table's name cannot hold a comma: see contract.ParseTables), so that
+// OtherSlot.Serves answers for each table of a relay of several. Recording
+// only the first table would let a second relay start on another table of
+// the relay unrefused; sorting keeps the record the same whatever order
+// --table lists them in. A relay of one table records its name, as
+// before.
+func SlotTables(tables []contract.Table) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.String()
+	}
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
 }
 
 // nullable is v, or NULL when v is empty.

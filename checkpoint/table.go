@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -70,8 +71,10 @@ func ReadTableHoldings(ctx context.Context, r sink.Reader, oldest time.Time, log
 	err := r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
 		h.read++
 		if ok && ev.ID != "" && sink.OfTable(ev, owner) {
-			if tooMany = h.add(ev.ID); tooMany != nil {
-				return false
+			for _, id := range heldIDs(ev, owner) {
+				if tooMany = h.add(id); tooMany != nil {
+					return false
+				}
 			}
 		}
 		if now := time.Now(); now.After(next) {
@@ -95,6 +98,39 @@ func ReadTableHoldings(ctx context.Context, r sink.Reader, oldest time.Time, log
 	ev.Int("messages", h.read).Int("held", h.Len()).Dur("took", time.Since(began)).Str("table", owner.Table).
 		Msg("read which of the table's events the stream holds")
 	return h, nil
+}
+
+// heldIDs are the ids under which Holds finds ev's event (sink.StoredID
+// of a row's event): the id it is stored under, in the form owner's relay
+// gives its events. A relay of several tables qualifies its ids by their
+// table (schema.table/id), a relay of one does not, and a table may move
+// from one to the other (a table added to a relay, a relay split): a
+// message of the table stored with a plain id counts, for a relay of
+// several, under its qualified id, and one stored with a qualified id
+// counts, for a relay of one, under its plain id as well. A plain id that
+// happens to read as qualified by its own table keeps that form too.
+func heldIDs(ev sink.StoredEvent, owner sink.Source) []string {
+	table := ev.Table
+	if table == "" && !ev.Source.Several() {
+		table = ev.Source.Table
+	}
+	if table == "" {
+		table = owner.OfEvent("").Table
+	}
+	if table == "" {
+		return []string{ev.ID}
+	}
+	plain, qualified := strings.CutPrefix(ev.ID, contract.QualifiedID(table, ""))
+	switch {
+	case owner.Several() && qualified:
+		return []string{ev.ID, contract.QualifiedID(table, ev.ID)}
+	case owner.Several():
+		return []string{contract.QualifiedID(table, ev.ID)}
+	case qualified:
+		return []string{ev.ID, plain}
+	default:
+		return []string{ev.ID}
+	}
 }
 
 // add keeps id; it fails past 4 GiB of ids (a hundred million of them).

@@ -13,8 +13,14 @@ import (
 // Message is the delivery a Handler gets.
 type Message struct {
 	// ID is the Nats-Msg-Id: the outbox row's id, the key in
-	// processed_events.
+	// processed_events. A relay of several outbox tables qualifies it by
+	// the row's table (schema.table/id, see contract.QualifiedID), so
+	// that equal ids of two tables are two events here too.
 	ID string
+	// Table is the outbox table the event was inserted into
+	// (Outbox-Table, schema.table); "" for a table-less event or a
+	// message of a relay older than the header.
+	Table string
 	// AggregateType, AggregateID and EventType are the row's values, from
 	// the relay's Outbox-* headers (percent-decoding undone).
 	AggregateType string
@@ -53,6 +59,7 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 	}
 	return &Message{
 		ID:            h.Get(contract.HeaderMsgID),
+		Table:         h.Get(contract.HeaderTable),
 		AggregateType: value(contract.HeaderAggregateType),
 		AggregateID:   value(contract.HeaderAggregateID),
 		EventType:     value(contract.HeaderEventType),

@@ -23,6 +23,10 @@ const (
 	// HeaderCommitLSN is the commit LSN of the event's transaction, in
 	// Postgres text form (0/1A2B3C4).
 	HeaderCommitLSN = "Outbox-Commit-Lsn"
+	// HeaderTable is the outbox table the event was inserted into, as
+	// schema.table; absent for a table-less event (a logical decoding
+	// message). See HeaderSourceTable for why both are kept.
+	HeaderTable = "Outbox-Table"
 	// HeaderTxnIndex is the event's index within its transaction.
 	HeaderTxnIndex = "Outbox-Txn-Index"
 	// HeaderPercentEncoded lists, comma-separated, the headers whose
@@ -45,9 +49,24 @@ const (
 	// HeaderSourceDatabase is the database the outbox table is in
 	// (percent-encoded when it holds '%' or what a header cannot carry).
 	HeaderSourceDatabase = "Outbox-Source-Database"
-	// HeaderSourceTable is the outbox table, schema.table. With the
-	// system and the database it is the space the event's id is unique
-	// in: what the stream holds is decided by it, whatever the slot.
+	// HeaderSourceTable is the outbox table the event comes from,
+	// schema.table: from a relay of several tables, the event's own (a
+	// table-less event's: the relay's first table). With the system and
+	// the database it is the space the event's id is unique in: what the
+	// stream holds is decided by it, whatever the slot.
+	//
+	// For a row's event it holds what HeaderTable holds, and both are
+	// kept on purpose: they are read differently. HeaderTable is the
+	// event's table as consumers, verify and subjects see it, and is
+	// absent on a table-less event (a logical decoding message).
+	// HeaderSourceTable is part of the event's source, read by the resume
+	// logic (sink.Source.SameTable: Holdings, TableHoldings, the tail a
+	// restart reads back), which takes a message without it for one of a
+	// relay older than the Outbox-Source-* headers and then falls back to
+	// comparing slot names. Folding one into the other would either put a
+	// table on table-less events (breaking HeaderTable's readers) or strip
+	// the table from the source of table-less events (making the resume
+	// logic take them for an older relay's).
 	HeaderSourceTable = "Outbox-Source-Table"
 
 	// HeaderReplay marks a message published again from the table by

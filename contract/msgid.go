@@ -1,5 +1,7 @@
 package contract
 
+import "strings"
+
 // CheckID reports why id cannot be a Nats-Msg-Id, or "" when it can. The
 // id must reach JetStream exactly: a header would trim surrounding
 // whitespace and replace line breaks, and dedup would then compare ids
@@ -26,3 +28,30 @@ const DeadLetterMsgIDPrefix = "dead-letter:"
 // and for such an event read from the table, which has none, its index
 // followed by what makes it unique in the stream (0/0#index@instance.n).
 func DeadLetterMsgID(id string) string { return DeadLetterMsgIDPrefix + id }
+
+// QualifiedIDSeparator separates a table's name from the event id in a
+// qualified id (QualifiedID).
+const QualifiedIDSeparator = "/"
+
+// QualifiedID returns the id of the event with id from table (schema.table)
+// in a stream a relay of several tables writes: table/id, for example
+// public.orders_outbox/42. Two tables of one relay may hold the same id
+// (two bigserial columns both count from 1); their events are two
+// messages and two deduplication keys, never one. A relay of one table
+// keeps the plain id. Table names cannot contain the separator, so the
+// first one splits a qualified id (SplitQualifiedID).
+func QualifiedID(table, id string) string { return table + QualifiedIDSeparator + id }
+
+// SplitQualifiedID splits a qualified id into its table and event id; ok
+// is false when qid has no table part that could be a table's name.
+func SplitQualifiedID(qid string) (table Table, id string, ok bool) {
+	name, id, found := strings.Cut(qid, QualifiedIDSeparator)
+	if !found {
+		return Table{}, "", false
+	}
+	schema, tname, found := strings.Cut(name, ".")
+	if !found || !identRE.MatchString(schema) || !identRE.MatchString(tname) {
+		return Table{}, "", false
+	}
+	return Table{Schema: schema, Name: tname}, id, true
+}

@@ -55,3 +55,40 @@ const (
 	// string values.
 	ColumnHeaders = "headers"
 )
+
+// ParseTables parses outbox table names: each value is one name or a
+// comma-separated list of them (as --table, given several times, and
+// OUTBOX_TABLE deliver them). Order is kept: the first table is where
+// the relay keeps its record and its dead letters. A table named twice
+// is an error, and so is no table at all.
+func ParseTables(values ...string) ([]Table, error) {
+	var tables []Table
+	seen := map[Table]bool{}
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			t, err := ParseTable(strings.TrimSpace(s))
+			if err != nil {
+				return nil, err
+			}
+			if seen[t] {
+				return nil, fmt.Errorf("table %s is named twice", t)
+			}
+			seen[t] = true
+			tables = append(tables, t)
+		}
+	}
+	if len(tables) == 0 {
+		return nil, fmt.Errorf("no table: name at least one (for example %s)", DefaultTable)
+	}
+	return tables, nil
+}
+
+// JoinTables returns the tables' names, comma-separated: the form
+// ParseTables reads.
+func JoinTables(tables []Table) string {
+	s := make([]string, len(tables))
+	for i, t := range tables {
+		s[i] = t.String()
+	}
+	return strings.Join(s, ",")
+}

@@ -64,7 +64,7 @@ type Message struct {
 // Start a new Decoder for every session: Postgres resends relation
 // descriptions on each START_REPLICATION.
 type Decoder struct {
-	table     contract.Table
+	tables    []contract.Table
 	relations map[uint32]*relation
 	inTxn     bool
 	commitLSN pglogrepl.LSN
@@ -77,9 +77,10 @@ type Decoder struct {
 }
 
 // NewDecoder returns a Decoder that reports inserts into table as events
-// (and logical messages, WithMessagePrefix).
+// (and into more tables, WithTables; and logical messages,
+// WithMessagePrefix).
 func NewDecoder(table contract.Table, opts ...Option) *Decoder {
-	d := &Decoder{table: table, relations: make(map[uint32]*relation)}
+	d := &Decoder{tables: []contract.Table{table}, relations: make(map[uint32]*relation)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -190,6 +191,7 @@ func (d *Decoder) insert(r *reader) (Message, error) {
 	d.index++
 	ev := NewEvent(rel.fields(values), pos)
 	ev.CommitTime = d.commitTime
+	ev.Table, ev.QualifyID = rel.name, len(d.tables) > 1
 	return Message{Kind: KindEvent, Event: ev}, nil
 }
 

@@ -47,8 +47,15 @@ type Event struct {
 	CreatedAt string
 	// Headers are the event's own message headers (the headers column),
 	// nil when it has none.
-	Headers  []Header
-	Position Position
+	Headers []Header
+	// Table is the outbox table the row was inserted into, schema.table;
+	// "" for a table-less event (a logical decoding message).
+	Table string
+	// QualifyID says the event's id is known in the stream by its table
+	// too (MsgID): set when the relay reads several tables, whose ids may
+	// collide.
+	QualifyID bool
+	Position  Position
 	// CommitTime is when the event's transaction committed, by the Postgres
 	// server's clock (the commit timestamp of the transaction's BEGIN
 	// message); zero when unknown (rows read from the table rather than
@@ -57,6 +64,18 @@ type Event struct {
 	// Problem says why the row cannot be published as an ordinary message
 	// (a NULL column, an id that cannot be a Nats-Msg-Id); empty when it can.
 	Problem string
+}
+
+// MsgID returns the event's id in the stream, its Nats-Msg-Id: ID, or
+// for an event of a relay of several tables (QualifyID)
+// contract.QualifiedID(Table, ID), so that equal ids in two tables stay
+// two events. An event whose ID cannot be a message id (Problem) keeps
+// that ID here too; the destination replaces it (see sink.StoredID).
+func (e *Event) MsgID() string {
+	if !e.QualifyID || e.Table == "" {
+		return e.ID
+	}
+	return contract.QualifiedID(e.Table, e.ID)
 }
 
 // Fields holds one row's column values as text, the way both the WAL and a

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
 // Table-less events: pg_logical_emit_message(true, prefix, content) in the
@@ -36,6 +38,16 @@ type Option func(*Decoder)
 // with another prefix are skipped; without this option, all are.
 func WithMessagePrefix(prefix string) Option {
 	return func(d *Decoder) { d.prefix = prefix }
+}
+
+// WithTables makes the Decoder report inserts into these tables as well:
+// one pass over the WAL for several outbox tables. Their events carry
+// their table (Event.Table) and are known in the stream by it as well as
+// their id (Event.MsgID), since ids of two tables may be equal. Every
+// event's position counts in one sequence per transaction, whichever
+// table it came from, so positions stay unique.
+func WithTables(more ...contract.Table) Option {
+	return func(d *Decoder) { d.tables = append(d.tables, more...) }
 }
 
 // message decodes a logical decoding message (protocol version 1: no xid).

@@ -31,7 +31,7 @@ func (d *Decoder) relation(r *reader) error {
 	_ = r.u8() // replica identity
 	ncols := int(r.u16())
 	rel := &relation{name: schema + "." + name, ncols: ncols, createdAt: -1, headers: -1}
-	rel.outbox = schema == d.table.Schema && name == d.table.Name
+	rel.outbox = d.reads(schema, name)
 	found := make(map[string]int, len(RequiredColumns)+1)
 	for i := 0; i < ncols && r.err == nil; i++ {
 		_ = r.u8() // flags
@@ -59,6 +59,16 @@ func (d *Decoder) relation(r *reader) error {
 	}
 	d.relations[oid] = rel
 	return nil
+}
+
+// reads reports whether schema.name is one of the Decoder's tables.
+func (d *Decoder) reads(schema, name string) bool {
+	for _, t := range d.tables {
+		if t.Schema == schema && t.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (rel *relation) mapColumns(found map[string]int) error {

@@ -28,7 +28,18 @@ type Config struct {
 
 	Slot        string
 	Publication string
-	Table       contract.Table
+	// Table is the outbox table, the first of several when MoreTables
+	// names others: the relay's record, its take-up lock and its dead
+	// letters are kept in its schema.
+	Table contract.Table
+	// MoreTables are further outbox tables read on the same slot, through
+	// the same publication, in the same pass over the WAL: one walsender
+	// decodes the WAL once for all of them. Their events carry their table
+	// (the Outbox-Table header, {schema} and {table} in subjects), and
+	// with several tables every event's id is qualified by its table
+	// (schema.table/id: see contract.QualifiedID), since two tables may
+	// hold the same id.
+	MoreTables []contract.Table
 	// MessagePrefix, when set, relays table-less events too: transactional
 	// logical messages with this prefix (Postgres 14+; see decode).
 	MessagePrefix string
@@ -47,6 +58,11 @@ type Config struct {
 	Failover bool
 }
 
+// Tables returns every outbox table the relay reads, Table first.
+func (c Config) Tables() []contract.Table {
+	return append([]contract.Table{c.Table}, c.MoreTables...)
+}
+
 // Validate names the first field that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -54,6 +70,8 @@ func (c Config) Validate() error {
 		return errors.New("relay: no Postgres connection string")
 	case c.Table.Name == "":
 		return errors.New("relay: no outbox table")
+	case hasDuplicate(c.Tables()):
+		return fmt.Errorf("relay: tables %s: a table is named twice", contract.JoinTables(c.Tables()))
 	case c.PrimaryURL != "" && c.Failover:
 		return errors.New("relay: --failover with --primary-url: a slot on a standby cannot be a failover slot; drop one of them")
 	}
@@ -67,4 +85,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: publication: %w", err)
 	}
 	return nil
+}
+
+func hasDuplicate(tables []contract.Table) bool {
+	seen := map[contract.Table]bool{}
+	for _, t := range tables {
+		if seen[t] {
+			return true
+		}
+		seen[t] = true
+	}
+	return false
 }

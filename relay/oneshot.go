@@ -50,7 +50,7 @@ func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store
 	pc.Replay = replay
 	pc.RecordDeadLetter = func(ctx context.Context, ev *decode.Event, stored, reason string) error {
 		o.mu.Lock()
-		o.dead[ev.ID] = reason
+		o.dead[core.DeadLetterKey(ev)] = reason
 		o.mu.Unlock()
 		return record(ctx, ev, stored, reason)
 	}
@@ -84,7 +84,7 @@ func oneShotSource(ctx context.Context, cfg Config, store *checkpoint.Store, log
 		log.Warn().Err(err).Msg("cannot identify the Postgres system: publishing without the Outbox-Source-* headers")
 		return nil, nil
 	}
-	return src.forTable(cfg.Table), src.slotTakenUp(ctx, store)
+	return src.forTables(cfg.Tables()), src.slotTakenUp(ctx, store)
 }
 
 // Publish queues ev, waiting for room.
@@ -110,8 +110,9 @@ func (o *OneShot) Finish(ctx context.Context) error {
 	return nil
 }
 
-// DeadLettered returns the reason the event with this id was dead-lettered
-// again, if it was.
+// DeadLettered returns the reason the event with this dead-letter key
+// (core.DeadLetterKey: its id, qualified by its table when the relay
+// reads several) was dead-lettered again, if it was.
 func (o *OneShot) DeadLettered(id string) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

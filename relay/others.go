@@ -24,21 +24,31 @@ import (
 // its take-up, before it creates or publishes anything, and again at the
 // start of every replication session, once it holds its own slot (so of
 // two relays starting together, the second to look sees the first).
+//
+// A relay of several tables records all of them, sorted and
+// comma-separated (checkpoint.SlotTables), and checks every one: a second
+// relay on any table of it is refused, and it is refused while another
+// slot serves any of its tables. The records table is the one in the
+// relay's first table's schema (where a relay of several keeps its record,
+// marks and dead letters): two relays whose first tables lie in different
+// schemas do not see each other's records, so tables of one relay in
+// several schemas are best listed with the same first table everywhere.
 
-// secondRelay returns a FatalError when another slot recorded for the
-// relay's table is active: another relay streams it. Idle slots of the
-// table are logged when warnIdle: they keep WAL for nobody.
+// secondRelay returns a FatalError when another slot recorded for one of
+// the relay's tables is active: another relay streams it. Idle slots of
+// the tables are logged when warnIdle: they keep WAL for nobody.
 func secondRelay(ctx context.Context, store *checkpoint.Store, slots *pgxpool.Pool, cfg Config, warnIdle bool, log zerolog.Logger) error {
 	others, err := store.OtherSlots(ctx, slots)
 	if err != nil {
 		return err
 	}
 	for _, o := range others {
-		if !o.Serves(cfg.Table) {
+		table, ok := o.ServesAny(cfg.Tables())
+		if !ok {
 			continue
 		}
 		if o.Active {
-			return secondRelayError(cfg, o)
+			return secondRelayError(cfg, table, o)
 		}
 		if o.Idle() && warnIdle {
 			log.Warn().Str("slot", o.Slot).Str("table", o.Table).Int64("retained_bytes", o.RetainedBytes).Str("drop", o.DropSQL(cfg.Table.Schema)).
@@ -48,10 +58,10 @@ func secondRelay(ctx context.Context, store *checkpoint.Store, slots *pgxpool.Po
 	return nil
 }
 
-func secondRelayError(cfg Config, o checkpoint.OtherSlot) error {
+func secondRelayError(cfg Config, table contract.Table, o checkpoint.OtherSlot) error {
 	return &contract.FatalError{
 		Err: fmt.Errorf("another relay streams table %s: slot %q, recorded for it in %s.%s, is active (pid %d); a relay on slot %q as well would publish every event a second time",
-			cfg.Table, o.Slot, cfg.Table.Schema, checkpoint.RecordsTable, o.ActivePID, cfg.Slot),
+			table, o.Slot, cfg.Table.Schema, checkpoint.RecordsTable, o.ActivePID, cfg.Slot),
 		Hint: fmt.Sprintf("run one relay per table: stop this one, or start it with --slot %s (it then waits as that relay's standby); "+
 			"to move the table to slot %q, stop the relay of slot %q first (this one then publishes only what the stream lacks), and drop the old slot: %s",
 			o.Slot, cfg.Slot, o.Slot, o.DropSQL(cfg.Table.Schema)),

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -85,7 +86,7 @@ func (r *Relay) Ready() error {
 // and returns nil.
 func (r *Relay) Run(ctx context.Context) error {
 	cfg, log := r.cfg, r.deps.Log
-	ev := log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", cfg.Table.String()).
+	ev := log.Info().Str("postgres", replication.Describe(r.replCfg)).Str("slot", cfg.Slot).Str("table", contract.JoinTables(cfg.Tables())).
 		Str("stream", cfg.Stream).Str("subject", cfg.Subject.String())
 	if r.primaryCfg != nil {
 		ev = ev.Str("primary", replication.Describe(&r.primaryCfg.ConnConfig.Config))
@@ -109,6 +110,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		Slot:           cfg.Slot,
 		Publication:    cfg.Publication,
 		Table:          cfg.Table,
+		MoreTables:     cfg.MoreTables,
 		MessagePrefix:  cfg.MessagePrefix,
 		Failover:       cfg.Failover,
 		StatusInterval: cfg.StatusInterval,

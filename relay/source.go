@@ -58,12 +58,14 @@ func newSourceFrom(id pglogrepl.IdentifySystemResult, repl *pgconn.Config, slot 
 	}, nil
 }
 
-// forTable stamps the outbox table, and the database it is in, on every
-// message from now on: with the system, the identity the stream is
-// compared by (sink.Source.SameTable).
-func (s *source) forTable(table contract.Table) *source {
+// forTables stamps the outbox tables, and the database they are in, on
+// every message from now on: with the system, the identity the stream is
+// compared by (sink.Source.SameTable). A relay of several tables is
+// stamped with all of them (contract.JoinTables, the first first); each
+// message carries its event's table alone (sink.Source.OfEvent).
+func (s *source) forTables(tables []contract.Table) *source {
 	src := s.stamp.Source()
-	src.Database, src.Table = s.repl.Database, table.String()
+	src.Database, src.Table = s.repl.Database, contract.JoinTables(tables)
 	s.stamp.Set(src)
 	return s
 }

@@ -291,10 +291,11 @@ func (s *starter) createAndPublish(ctx context.Context, lock *takeUpLock, locked
 // exactly after them.
 func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe *pipeline, t takeUp) (pglogrepl.LSN, int, error) {
 	cfg := s.cfg
-	src, err := NewRowSource(ctx, s.pool, cfg.Table)
+	src, err := NewRowSource(ctx, s.pool, cfg.Table, cfg.MoreTables...)
 	if err != nil {
 		return 0, 0, err
 	}
+	unprocessed := src.Having("processed_at")
 	var published int
 	began := time.Now()
 	point, err := replication.CreateSlot(ctx, s.repl, s.pool, cfg.Slot, s.slotOptions(), func(ctx context.Context, tx pgx.Tx, point pglogrepl.LSN) error {
@@ -311,10 +312,11 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 		switch {
 		case t.kind == checkpoint.KindRepair:
 			published, err = s.publishLacking(ctx, tx, src, "", t.since, offer)
-		case !src.Has("processed_at"):
-			s.log.Warn().Str("table", cfg.Table.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+		case unprocessed == nil:
+			s.warnNoProcessedAt(src)
 		default:
-			published, err = s.publishLacking(ctx, tx, src, "processed_at IS NULL", time.Time{}, offer)
+			s.warnNoProcessedAt(src)
+			published, err = s.publishLacking(ctx, tx, unprocessed, "processed_at IS NULL", time.Time{}, offer)
 		}
 		return err
 	})
@@ -327,16 +329,25 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 	return point, published, nil
 }
 
+// warnNoProcessedAt says which tables' rows present at the slot's
+// creation are not published, for want of a processed_at column.
+func (s *starter) warnNoProcessedAt(src *RowSource) {
+	for _, t := range src.Without("processed_at") {
+		s.log.Warn().Str("table", t.String()).Msg("the table has no processed_at column: rows already in it are not published, only rows inserted from now on")
+	}
+}
+
 // publishLacking publishes the rows db sees (those matching where, when
 // set, created at or after since, when set) whose events the stream lacks
 // (checkpoint.TableHoldings: any message of the same system and table,
-// whichever slot published it). Rows older than what the stream's own
+// whichever slot published it; of a relay of several tables, of the row's
+// own table, by its qualified id). Rows older than what the stream's own
 // limits (max age, size, count) left in it are not compared: their events
 // were removed, not lost, and the log says how many were left out. The
 // stream is read only when there are rows to compare, and only from the
 // oldest one's created_at on.
 func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
-	opts := verify.Options{Table: s.cfg.Table, Since: since}
+	opts := verify.Options{Table: s.cfg.Table, MoreTables: s.cfg.MoreTables, Since: since}
 	left, err := verify.NarrowToHorizon(ctx, db, s.reader, &opts)
 	if err != nil {
 		return 0, err
@@ -395,7 +406,7 @@ func rowFilter(where string, since time.Time) (string, []any) {
 
 // publicationIdentity reads how the publication holds the table now.
 func (s *starter) publicationIdentity(ctx context.Context) (string, error) {
-	return replication.PublicationIdentity(ctx, s.pool, s.cfg.Table, s.cfg.Publication)
+	return replication.PublicationIdentities(ctx, s.pool, s.cfg.Tables(), s.cfg.Publication)
 }
 
 // samePublication refuses a publication that changed since the slot was
@@ -420,8 +431,10 @@ func (s *starter) comparePublication(now, recorded string) error {
 	return &contract.FatalError{
 		Err: fmt.Errorf("publication %q changed since the relay took up slot %q (was %q, now %q): inserts made while the table was not published the same way may not have been decoded",
 			s.cfg.Publication, s.cfg.Slot, recorded, now),
-		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert'))", s.cfg.Table, s.cfg.Publication),
-		Gap:  true,
+		Hint: fmt.Sprintf("make sure the publication holds %s for inserts, with no row filter and no column list (ALTER PUBLICATION %s SET (publish = 'insert')); "+
+			"if the relay's tables changed (a --table added or removed), that is a new take-up: run once with --recreate-slot, which publishes from the new slot's snapshot only what the stream lacks",
+			contract.JoinTables(s.cfg.Tables()), s.cfg.Publication),
+		Gap: true,
 	}
 }
 
@@ -435,7 +448,7 @@ func (s *starter) checkPublication(ctx context.Context) (pglogrepl.LSN, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := replication.CheckPublication(ctx, s.pool, s.cfg.Table, s.cfg.Publication); err != nil {
+	if err := replication.CheckPublicationTables(ctx, s.pool, s.cfg.Tables(), s.cfg.Publication); err != nil {
 		return 0, err
 	}
 	id, err := s.publicationIdentity(ctx)

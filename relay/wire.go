@@ -130,17 +130,19 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	defer lockConn.discard(closeConn) // unless the starter took it
 	checked = runAhead(ctx, func(ctx context.Context) (struct{}, error) {
 		defer startup.Phase(ctx, "setup_check")()
-		if err := replication.Check(ctx, pool, cfg.Table, cfg.Publication); err != nil {
+		if err := replication.CheckTables(ctx, pool, cfg.Tables(), cfg.Publication); err != nil {
 			return struct{}{}, err
 		}
-		warnForeignHeaders(ctx, pool, cfg.Table, log)
+		for _, t := range cfg.Tables() {
+			warnForeignHeaders(ctx, pool, t, log)
+		}
 		return struct{}{}, nil
 	})
 	stream, err := streamAhead.wait()
 	if err != nil {
 		return up, err
 	}
-	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot).WithTable(cfg.Table)
+	store := checkpoint.NewStore(record, cfg.Table.Schema, cfg.Slot).WithTable(cfg.Table, cfg.MoreTables...)
 	if opened, err = repl.wait(); err != nil {
 		// Tried before Postgres answered: OpenPool waits for it, Open
 		// does not. Once more, now that it does.
@@ -155,7 +157,7 @@ func (r *Relay) takeUp(ctx context.Context, bg *core.Group) (up *takenUp, err er
 	if err != nil {
 		return up, err
 	}
-	src.forTable(cfg.Table)
+	src.forTables(cfg.Tables())
 	if up.pub, err = r.newPublisher(ctx, stream, store, src.stamp); err != nil {
 		return up, err
 	}

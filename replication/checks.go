@@ -35,7 +35,13 @@ const (
 // REPLICATION attribute, the publication and the table's membership, and
 // the table's columns. It reports every problem found, each with its fix.
 func Check(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) error {
-	problems, err := Preflight(ctx, pool, table, publication)
+	return CheckTables(ctx, pool, []contract.Table{table}, publication)
+}
+
+// CheckTables is Check for a relay of several tables: every table's
+// membership and columns.
+func CheckTables(ctx context.Context, pool *pgxpool.Pool, tables []contract.Table, publication string) error {
+	problems, err := PreflightTables(ctx, pool, tables, publication)
 	if err != nil || len(problems) == 0 {
 		return err
 	}
@@ -45,6 +51,12 @@ func Check(ctx context.Context, pool *pgxpool.Pool, table contract.Table, public
 // Preflight returns, read-only, every problem of Check's; an error means
 // Postgres could not be asked.
 func Preflight(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) ([]Problem, error) {
+	return PreflightTables(ctx, pool, []contract.Table{table}, publication)
+}
+
+// PreflightTables is Preflight for a relay of several tables: the server
+// and the role once, the publication and the columns of every table.
+func PreflightTables(ctx context.Context, pool *pgxpool.Pool, tables []contract.Table, publication string) ([]Problem, error) {
 	var problems []Problem
 	var walLevel string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
@@ -62,16 +74,33 @@ func Preflight(ctx context.Context, pool *pgxpool.Pool, table contract.Table, pu
 		problems = append(problems, Problem{ProblemRole, fmt.Sprintf("role %q lacks the REPLICATION attribute", role.Name),
 			fmt.Sprintf("run ALTER ROLE %s REPLICATION (as a superuser; on RDS: GRANT rds_replication TO %s)", pgx.Identifier{role.Name}.Sanitize(), pgx.Identifier{role.Name}.Sanitize())})
 	}
-	pubProblems, err := checkPublication(ctx, pool, table, publication)
-	if err != nil {
-		return nil, err
+	for _, table := range tables {
+		pubProblems, err := checkPublication(ctx, pool, table, publication)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, pubProblems...)
+		cols, err := checkColumns(ctx, pool, table)
+		if err != nil {
+			return nil, err
+		}
+		problems = append(problems, cols...)
 	}
-	problems = append(problems, pubProblems...)
-	cols, err := checkColumns(ctx, pool, table)
-	if err != nil {
-		return nil, err
+	return dedupProblems(problems), nil
+}
+
+// dedupProblems drops repeated problems (a missing publication is found
+// once per table).
+func dedupProblems(problems []Problem) []Problem {
+	out := problems[:0]
+	seen := map[Problem]bool{}
+	for _, p := range problems {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
 	}
-	return append(problems, cols...), nil
+	return out
 }
 
 // Role is what the connected role may do that matters for replication.
@@ -112,9 +141,22 @@ func joinProblems(problems []Problem, sep string) string {
 // progress: with the table out of the publication, Postgres would send
 // nothing for it and confirming keepalives would skip its inserts.
 func CheckPublication(ctx context.Context, pool *pgxpool.Pool, table contract.Table, publication string) error {
-	problems, err := checkPublication(ctx, pool, table, publication)
-	if err != nil || len(problems) == 0 {
-		return err
+	return CheckPublicationTables(ctx, pool, []contract.Table{table}, publication)
+}
+
+// CheckPublicationTables is CheckPublication for every table of a relay
+// of several.
+func CheckPublicationTables(ctx context.Context, pool *pgxpool.Pool, tables []contract.Table, publication string) error {
+	var problems []Problem
+	for _, table := range tables {
+		p, err := checkPublication(ctx, pool, table, publication)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, p...)
+	}
+	if problems = dedupProblems(problems); len(problems) == 0 {
+		return nil
 	}
 	return gap(errors.New("the publication changed under the relay: "+joinProblems(problems, "; ")),
 		"inserts made while the table was not published were not decoded: restore the publication first")
@@ -236,6 +278,25 @@ func PublicationIdentity(ctx context.Context, db Querier, table contract.Table, 
 		return "", fmt.Errorf("read publication %q: %w", publication, err)
 	}
 	return id, nil
+}
+
+// PublicationIdentities is PublicationIdentity for a relay of several
+// tables: for one table, that table's identity (what relays of one table
+// always recorded); for several, each table's, named and joined, so that
+// it changes when any changes, and when the set of tables does.
+func PublicationIdentities(ctx context.Context, db Querier, tables []contract.Table, publication string) (string, error) {
+	if len(tables) == 1 {
+		return PublicationIdentity(ctx, db, tables[0], publication)
+	}
+	ids := make([]string, len(tables))
+	for i, t := range tables {
+		id, err := PublicationIdentity(ctx, db, t, publication)
+		if err != nil {
+			return "", err
+		}
+		ids[i] = t.String() + ": " + id
+	}
+	return strings.Join(ids, "; "), nil
 }
 
 // Querier runs a query that returns one row: a pool, a connection or a

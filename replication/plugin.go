@@ -36,10 +36,14 @@ func (s *Stream) pluginArgs(conn *pgconn.PgConn) []string {
 
 // newDecoder returns the decoder for one session.
 func (s *Stream) newDecoder() *decode.Decoder {
-	if s.cfg.MessagePrefix == "" {
-		return decode.NewDecoder(s.cfg.Table)
+	var opts []decode.Option
+	if len(s.cfg.MoreTables) > 0 {
+		opts = append(opts, decode.WithTables(s.cfg.MoreTables...))
 	}
-	return decode.NewDecoder(s.cfg.Table, decode.WithMessagePrefix(s.cfg.MessagePrefix))
+	if s.cfg.MessagePrefix != "" {
+		opts = append(opts, decode.WithMessagePrefix(s.cfg.MessagePrefix))
+	}
+	return decode.NewDecoder(s.cfg.Table, opts...)
 }
 
 // serverMajor reads the major version from server_version ("15.4 (Debian

@@ -59,6 +59,9 @@ type Config struct {
 	Slot        string
 	Publication string
 	Table       contract.Table
+	// MoreTables are further outbox tables decoded in the same pass over
+	// the WAL (see decode.WithTables).
+	MoreTables []contract.Table
 	// MessagePrefix, when set, makes transactional logical messages with
 	// this prefix events too (table-less events, Postgres 14+).
 	MessagePrefix string

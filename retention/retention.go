@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -37,6 +38,14 @@ const (
 type Config struct {
 	Table contract.Table
 	Slot  string
+	// RecordSchema is the schema of the relay's record, dead letters and
+	// cleanup marks: Table's unless set. A relay of several tables keeps
+	// them in its first table's schema.
+	RecordSchema string
+	// QualifiedKeys says the relay reads several tables: its dead letters
+	// are keyed by qualified id (schema.table/id), and a row is a dead
+	// letter when its qualified id is listed.
+	QualifiedKeys bool
 	// Retention: rows created less than this long ago are kept.
 	Retention time.Duration
 	// Batch is the number of rows deleted or marked per transaction.
@@ -112,8 +121,11 @@ type cleaner struct {
 	log  zerolog.Logger
 	// Quoted names.
 	table, deadLetters, marks string
-	hasProcessedAt            bool
-	mark                      Mark
+	// deadKey is the SQL of a row's dead-letter key (see
+	// Config.QualifiedKeys).
+	deadKey        string
+	hasProcessedAt bool
+	mark           Mark
 }
 
 // Run cleans the outbox table once.
@@ -124,10 +136,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, log zerolog.Logger
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RecordSchema == "" {
+		cfg.RecordSchema = cfg.Table.Schema
+	}
 	c := &cleaner{pool: pool, cfg: cfg, log: log.With().Str("component", "cleanup").Logger(),
 		table:       cfg.Table.Quoted(),
-		deadLetters: pgx.Identifier{cfg.Table.Schema, checkpoint.DeadLettersTable}.Sanitize(),
-		marks:       pgx.Identifier{cfg.Table.Schema, MarksTable}.Sanitize(),
+		deadLetters: pgx.Identifier{cfg.RecordSchema, checkpoint.DeadLettersTable}.Sanitize(),
+		marks:       pgx.Identifier{cfg.RecordSchema, MarksTable}.Sanitize(),
+		deadKey:     "o.id::text",
+	}
+	if cfg.QualifiedKeys {
+		c.deadKey = "'" + strings.ReplaceAll(contract.QualifiedID(cfg.Table.String(), ""), "'", "''") + "' || o.id::text"
 	}
 	rep := Report{DryRun: cfg.DryRun}
 	if err := c.checkTable(ctx); err != nil {
@@ -235,7 +254,7 @@ func (c *cleaner) checkSlot(ctx context.Context) error {
 		}
 		return fmt.Errorf("replication slot %q does not exist in database %s: cleanup deletes only what the relay's slot has confirmed; start the relay first, or name its slot with --slot", c.cfg.Slot, db)
 	}
-	rec, err := checkpoint.NewStore(c.pool, c.cfg.Table.Schema, c.cfg.Slot).Load(ctx)
+	rec, err := checkpoint.NewStore(c.pool, c.cfg.RecordSchema, c.cfg.Slot).Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -278,7 +297,7 @@ func (c *cleaner) waitConfirmed(ctx context.Context, target pglogrepl.LSN) (pglo
 // standby, and cleanup, which deletes on the primary only what the slot
 // confirmed, does not support a slot on another server.
 func (c *cleaner) onStandby(ctx context.Context) error {
-	rec, err := checkpoint.NewStore(c.pool, c.cfg.Table.Schema, c.cfg.Slot).Load(ctx)
+	rec, err := checkpoint.NewStore(c.pool, c.cfg.RecordSchema, c.cfg.Slot).Load(ctx)
 	if err != nil {
 		return err
 	}

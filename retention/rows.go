@@ -19,7 +19,7 @@ import (
 // may compare as newer and is then kept, never deleted too early. xmin 2
 // (frozen, before 9.4) and 1 (bootstrap) are older than everything.
 func (c *cleaner) confirmed() string {
-	notDead := ` AND NOT EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = o.id::text AND d.retried_at IS NULL)`
+	notDead := ` AND NOT EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = ` + c.deadKey + ` AND d.retried_at IS NULL)`
 	if c.cfg.ProcessedOnly {
 		return `o.processed_at IS NOT NULL` + notDead
 	}
@@ -80,7 +80,7 @@ func (c *cleaner) args(cutoff time.Time) pgx.NamedArgs {
 
 // dryRun counts what a run would do.
 func (c *cleaner) dryRun(ctx context.Context, rep *Report) error {
-	dead := `EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = o.id::text AND d.retried_at IS NULL)`
+	dead := `EXISTS (SELECT 1 FROM ` + c.deadLetters + ` d WHERE d.event_id = ` + c.deadKey + ` AND d.retried_at IS NULL)`
 	marked := `0::bigint`
 	if c.cfg.MarkProcessed && c.hasProcessedAt {
 		marked = `count(*) FILTER (WHERE o.created_at >= @cutoff AND o.processed_at IS NULL AND ` + c.confirmed() + `)`
@@ -102,7 +102,7 @@ func (c *cleaner) dryRun(ctx context.Context, rep *Report) error {
 
 // countDeadLetters counts the dead letters kept past the cutoff.
 func (c *cleaner) countDeadLetters(ctx context.Context, rep *Report) error {
-	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM `+c.table+` o JOIN `+c.deadLetters+` d ON d.event_id = o.id::text
+	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM `+c.table+` o JOIN `+c.deadLetters+` d ON d.event_id = `+c.deadKey+`
 		WHERE d.retried_at IS NULL AND o.created_at < $1`, rep.Cutoff).Scan(&rep.DeadLetters)
 	if err != nil {
 		return fmt.Errorf("count the dead letters kept in %s: %w", c.cfg.Table, err)

@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
@@ -29,7 +31,49 @@ type Source struct {
 	// come from: with System, the space an event's id is unique in (see
 	// SameTable). Empty on messages of relays older than the
 	// Outbox-Source-Database and Outbox-Source-Table headers.
+	//
+	// The source of a relay of several tables (its stamp, a reader's
+	// owner) names them all in Table, comma-separated, its first table
+	// first (Tables); each message it publishes carries the table of its
+	// own event (OfEvent), so identity stays per table: a table's events
+	// are known as its, whichever relay of one or several tables published
+	// them.
 	Database, Table string
+}
+
+// Tables returns the tables s names: one, or those of a relay of several,
+// the first first; none when s names no table.
+func (s Source) Tables() []string {
+	if s.Table == "" {
+		return nil
+	}
+	return strings.Split(s.Table, ",")
+}
+
+// Several reports whether s is the source of a relay of several tables.
+func (s Source) Several() bool { return strings.Contains(s.Table, ",") }
+
+// OfEvent returns the source a message of an event of table (schema.table;
+// "" for a table-less event: a logical decoding message) carries: s with
+// that table alone, or with s's first table for a table-less event. A
+// source naming no table stays so.
+func (s Source) OfEvent(table string) Source {
+	if s.Table == "" || (table == s.Table && !s.Several()) {
+		return s
+	}
+	if table == "" {
+		table, _, _ = strings.Cut(s.Table, ",")
+	}
+	s.Table = table
+	return s
+}
+
+// hasTable reports whether s names table, alone or among several.
+func (s Source) hasTable(table string) bool {
+	if !s.Several() {
+		return s.Table == table
+	}
+	return slices.Contains(s.Tables(), table)
 }
 
 // IsZero reports whether s identifies nothing.
@@ -55,7 +99,8 @@ func (s Source) SameSlot(m Source) bool {
 // the table s describes, read from the same Postgres system, whatever the
 // slot (or polling relay) that published it: the event's id then names
 // the same event, so the stream holds it. This is the identity every
-// take-up compares by, never the slot's name. A message without the table
+// take-up compares by, never the slot's name. The source of a relay of
+// several tables matches a message of any of them. A message without the table
 // headers (an older relay's) is taken for the table's only when it also
 // names s's slot: an older relay read one table per slot. A zero s
 // matches nothing.
@@ -66,7 +111,7 @@ func (s Source) SameTable(m Source) bool {
 	if s.Table == "" || m.Table == "" {
 		return s.Slot == m.Slot
 	}
-	return s.Database == m.Database && s.Table == m.Table
+	return s.Database == m.Database && s.hasTable(m.Table)
 }
 
 // OfTable reports whether a stored message may carry an event of the

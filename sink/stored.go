@@ -27,6 +27,10 @@ type StoredEvent struct {
 	// CreatedAt is the row's created_at as the message carries it
 	// (RFC 3339), "" when it carries none.
 	CreatedAt string
+	// Table is the outbox table the message names (schema.table), ""
+	// when it names none: a table-less event, or a message of a relay
+	// older than the Outbox-Table header.
+	Table string
 	// RowID is a dead letter's event id as the row holds it (its
 	// Outbox-Event-Id header, decoded), also one a Nats-Msg-Id cannot
 	// carry; "" for other messages.
@@ -48,16 +52,19 @@ func (ev StoredEvent) OneShot() bool {
 }
 
 // StoredID returns the id under which a destination holds ev, as it is
-// read back: the event's id, or for a dead letter whose id cannot be a
-// message id, its WAL position. An event read from the table (commit LSN
-// 0, never replayed from a slot) has no WAL position: its dead letter's
-// id adds to the position what makes it unique in the stream (see
-// jetstream's dead-letter ids).
+// read back: the event's message id (ev.MsgID: its id, qualified by its
+// table when the relay reads several), or for a dead letter whose id
+// cannot be a message id, its WAL position. Positions are unique within
+// one WAL whatever the table, and qualified ids within a stream, so no
+// skip decision confuses the events of two tables. An event read from the
+// table (commit LSN 0, never replayed from a slot) has no WAL position:
+// its dead letter's id adds to the position what makes it unique in the
+// stream (see jetstream's dead-letter ids).
 func StoredID(ev *decode.Event) string {
 	if contract.CheckID(ev.ID) != "" {
 		return ev.Position.String()
 	}
-	return ev.ID
+	return ev.MsgID()
 }
 
 // DeadLetterKey returns the key under which Postgres lists a dead letter
@@ -69,10 +76,23 @@ func StoredID(ev *decode.Event) string {
 // letter is stored under (stored: the Nats-Msg-Id without its prefix),
 // unique in the stream. The relay that publishes a dead letter (rowID the
 // event's id) and one that finds it in the stream after a crash before
-// its record (rowID its Outbox-Event-Id) key it alike.
+// its record (rowID its Outbox-Event-Id) key it alike. A relay of several
+// tables passes the row's id qualified by its table (RowKey), as the
+// tables' ids may be equal.
 func DeadLetterKey(rowID, stored string) string {
 	if rowID == "" || len(rowID) > contract.MaxDeadLetterValue {
 		return stored
 	}
 	return rowID
+}
+
+// RowKey is the rowID DeadLetterKey takes for a row of table with id: the
+// id, or for a relay of several tables (qualify) contract.QualifiedID of
+// it, as `dlq list`, `dlq retry` and cleanup key the rows of several
+// tables; "" for a row without an id.
+func RowKey(table, id string, qualify bool) string {
+	if id == "" || !qualify || table == "" {
+		return id
+	}
+	return contract.QualifiedID(table, id)
 }

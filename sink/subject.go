@@ -14,7 +14,23 @@ const (
 	PlaceholderAggregateType = "{aggregate_type}"
 	PlaceholderAggregateID   = "{aggregate_id}"
 	PlaceholderEventType     = "{event_type}"
+	// PlaceholderSchema and PlaceholderTable are the schema and the name
+	// of the outbox table the event was inserted into: what tells the
+	// events of a relay of several tables apart. A table-less event (a
+	// logical decoding message) has none: both render as "_", the token
+	// of an empty value.
+	PlaceholderSchema = "{schema}"
+	PlaceholderTable  = "{table}"
 )
+
+// placeholders are the values each placeholder renders.
+var placeholders = map[string]func(*decode.Event) string{
+	PlaceholderAggregateType: func(e *decode.Event) string { return e.AggregateType },
+	PlaceholderAggregateID:   func(e *decode.Event) string { return e.AggregateID },
+	PlaceholderEventType:     func(e *decode.Event) string { return e.EventType },
+	PlaceholderSchema:        func(e *decode.Event) string { s, _, _ := strings.Cut(e.Table, "."); return s },
+	PlaceholderTable:         func(e *decode.Event) string { _, t, _ := strings.Cut(e.Table, "."); return t },
+}
 
 // maxTokenLen bounds one rendered token. Longer values are cut and end in
 // "~" plus a hash of the whole value, so distinct values stay distinct and
@@ -28,8 +44,8 @@ const (
 // Template renders NATS subjects from outbox rows.
 //
 // A template is a dot-separated list of tokens. Literal tokens are fixed;
-// a placeholder token ({aggregate_type}, {aggregate_id} or {event_type})
-// is rendered from the row's value: as exactly one token by EscapeToken
+// a placeholder token ({aggregate_type}, {aggregate_id}, {event_type},
+// {schema} or {table}) is rendered from the row's value: as exactly one token by EscapeToken
 // (DotsEscape, the default), or as one to MaxDottedTokens tokens by
 // DottedTokens (DotsTokens). The first token must be literal, so every
 // subject lives under a fixed prefix whatever the rows contain.
@@ -53,11 +69,7 @@ type templateToken struct {
 
 // ParseTemplate parses and validates a subject template.
 func ParseTemplate(s string, opts ...TemplateOption) (Template, error) {
-	fields := map[string]func(*decode.Event) string{
-		PlaceholderAggregateType: func(e *decode.Event) string { return e.AggregateType },
-		PlaceholderAggregateID:   func(e *decode.Event) string { return e.AggregateID },
-		PlaceholderEventType:     func(e *decode.Event) string { return e.EventType },
-	}
+	fields := placeholders
 	t := Template{source: s}
 	for i, tok := range strings.Split(s, ".") {
 		if f, ok := fields[tok]; ok {
@@ -69,8 +81,8 @@ func ParseTemplate(s string, opts ...TemplateOption) (Template, error) {
 			continue
 		}
 		if strings.ContainsAny(tok, "{}") {
-			return Template{}, fmt.Errorf("subject template %q: token %q: placeholders are %s, %s and %s, each a whole token",
-				s, tok, PlaceholderAggregateType, PlaceholderAggregateID, PlaceholderEventType)
+			return Template{}, fmt.Errorf("subject template %q: token %q: placeholders are %s, %s, %s, %s and %s, each a whole token",
+				s, tok, PlaceholderAggregateType, PlaceholderAggregateID, PlaceholderEventType, PlaceholderSchema, PlaceholderTable)
 		}
 		if err := checkLiteralToken(tok); err != nil {
 			return Template{}, fmt.Errorf("subject template %q: %w", s, err)

@@ -114,3 +114,42 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateTable: {schema} and {table} render the event's table, each
+// as one token escaped like any value (a value never changes the
+// subject's shape, also in the dotted mode); a table-less event renders
+// them as "_".
+func TestTemplateTable(t *testing.T) {
+	for _, dots := range []Dots{DotsEscape, DotsTokens} {
+		tpl, err := ParseTemplate("outbox.{schema}.{table}.{event_type}", WithDots(dots))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := map[string]string{
+			"shop.order_events":  "outbox.shop.order_events.created",
+			"":                   "outbox._._.created",
+			"a b.c*d.e>":         "outbox.a%20b.c%2Ad%2Ee%3E.created",
+			"public.outbox_even": "outbox.public.outbox_even.created",
+		}
+		for table, want := range cases {
+			ev := &decode.Event{Table: table, EventType: "created"}
+			got := tpl.Render(ev)
+			if dots == DotsTokens && table == "a b.c*d.e>" {
+				want = "outbox.a%20b.c%2Ad.e%3E.created" // the table's value splits at its dots, as any value does
+			}
+			if got != want {
+				t.Errorf("dots %s, table %q: Render = %q, want %q", dots, table, got, want)
+			}
+		}
+	}
+	tpl, err := ParseTemplate("outbox.{schema}.{table}.{event_type}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := tpl.Filter(); f != "outbox.*.*.*" {
+		t.Errorf("Filter = %q", f)
+	}
+	if _, err := ParseTemplate("{table}.x"); err == nil {
+		t.Error("a template starting with {table} was accepted")
+	}
+}

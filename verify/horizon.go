@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -51,23 +52,41 @@ func NarrowToHorizon(ctx context.Context, db Querier, r sink.Reader, opts *Optio
 		l.OldestID = h.Oldest.ID
 	}
 	var first *time.Time
-	q := `SELECT count(*), min(created_at) FROM ` + opts.Table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND created_at < $2`
-	rows, err := db.Query(ctx, q, nullTime(opts.Since), after)
-	if err != nil {
-		return nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", opts.Table, err)
-	}
-	defer rows.Close()
-	if rows.Next() {
-		if err := rows.Scan(&l.Rows, &first); err != nil {
-			return nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", opts.Table, err)
+	for _, t := range opts.tables() {
+		n, oldest, err := countBefore(ctx, db, t, opts.Since, after)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", opts.Table, err)
+		l.Rows += n
+		if oldest != nil && (first == nil || oldest.Before(*first)) {
+			first = oldest
+		}
 	}
 	if first != nil {
 		l.First = *first
 	}
 	opts.Since = after
 	return l, nil
+}
+
+// countBefore counts table's rows created at or after since (zero: any)
+// and before the horizon, and returns the oldest one's created_at.
+func countBefore(ctx context.Context, db Querier, table contract.Table, since, horizon time.Time) (int, *time.Time, error) {
+	var n int
+	var first *time.Time
+	q := `SELECT count(*), min(created_at) FROM ` + table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND created_at < $2`
+	rows, err := db.Query(ctx, q, nullTime(since), horizon)
+	if err != nil {
+		return 0, nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", table, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&n, &first); err != nil {
+			return 0, nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", table, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, fmt.Errorf("count the rows of %s before the stream's horizon: %w", table, err)
+	}
+	return n, first, nil
 }

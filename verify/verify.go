@@ -5,7 +5,8 @@
 //
 // The table only ever holds committed rows, so "committed" is simply
 // "in the table". Messages are matched to rows by Nats-Msg-Id (a
-// dead-letter message counts as its event being delivered). Order is
+// dead-letter message counts as its event being delivered) and, for a
+// relay of several tables, by the table the message names (see Keys). Order is
 // checked per aggregate with the commit position each message carries
 // (Outbox-Commit-Lsn, Outbox-Txn-Index); dead letters and events published
 // from the table (commit LSN 0) have no place in that order.
@@ -15,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +28,12 @@ import (
 
 // Options selects what to compare.
 type Options struct {
+	// Table is the outbox table compared, the first of several when
+	// MoreTables names others.
 	Table contract.Table
+	// MoreTables are the further tables of a relay of several (see
+	// Keys).
+	MoreTables []contract.Table
 	// Since and Until bound created_at of the rows (and Outbox-Created-At of
 	// the messages) compared; zero means unbounded.
 	Since, Until time.Time
@@ -42,6 +49,22 @@ type Options struct {
 	// older messages (sink.Reader.Horizon): those events are not lacking.
 	// Report.LeftOut says what was left out.
 	WithinHorizon bool
+}
+
+// Keys: rows and messages are compared by key. For one table the key is
+// the row's id, as the stream knows it. For several it is the qualified
+// id, schema.table/id (contract.QualifiedID), since two tables may hold
+// the same id; the report lists keys. A message counts for the table its
+// Outbox-Table header names, or, without one (a relay older than the
+// header), for the first table; messages naming another table are left
+// out. A message's id counts in either form, plain or qualified, so that
+// what a relay stored before a table was added to it, or removed, is
+// still matched to its row (and stored again in the other form, a
+// duplicate).
+
+// tables returns every table compared, Table first.
+func (o Options) tables() []contract.Table {
+	return append([]contract.Table{o.Table}, o.MoreTables...)
 }
 
 // clockMargin is how far before Since the stream is read: more than any
@@ -153,16 +176,54 @@ type comparison struct {
 	r    Report
 	seen map[string]int
 	last map[string]lastOf
+	// tables are the names of the tables compared; first is Table's.
+	tables map[string]bool
+	first  string
 }
 
 func newComparison(rows map[string]struct{}, opts Options) *comparison {
-	return &comparison{
-		opts: opts,
-		rows: rows,
-		r:    Report{Rows: len(rows), Duplicates: map[string]int{}},
-		seen: make(map[string]int, len(rows)),
-		last: map[string]lastOf{},
+	c := &comparison{
+		opts:   opts,
+		rows:   rows,
+		r:      Report{Rows: len(rows), Duplicates: map[string]int{}},
+		seen:   make(map[string]int, len(rows)),
+		last:   map[string]lastOf{},
+		tables: map[string]bool{},
+		first:  opts.Table.String(),
 	}
+	for _, t := range opts.tables() {
+		c.tables[t.String()] = true
+	}
+	return c
+}
+
+// rowKey is the key of the row of table with id.
+func (c *comparison) rowKey(table, id string) string {
+	if len(c.opts.MoreTables) == 0 {
+		return id
+	}
+	return contract.QualifiedID(table, id)
+}
+
+// key returns the key a stored message counts under (see Keys); ok is
+// false for a message of a table not compared.
+func (c *comparison) key(ev sink.StoredEvent) (string, bool) {
+	table := ev.Table
+	if table == "" {
+		table = c.first
+	}
+	if !c.tables[table] {
+		return "", false
+	}
+	id := ev.ID
+	if plain, ok := strings.CutPrefix(id, contract.QualifiedID(table, "")); ok {
+		// Qualified by a relay of several tables, unless a row's own id
+		// reads so.
+		if _, own := c.rows[c.rowKey(table, id)]; !own {
+			id = plain
+		}
+	}
+	return c.rowKey(table, id), true
 }
 
 // add takes the next stored message, in stream order; ok is false when
@@ -170,6 +231,13 @@ func newComparison(rows map[string]struct{}, opts Options) *comparison {
 func (c *comparison) add(ev sink.StoredEvent, ok bool) {
 	if ok && !sink.OfTable(ev, c.opts.Source) {
 		return // another table's message, in a shared stream
+	}
+	if ev.ID != "" {
+		key, ours := c.key(ev)
+		if !ours {
+			return // another table's message
+		}
+		ev.ID = key
 	}
 	switch in, known := inRange(ev.CreatedAt, c.opts); {
 	case known && !in:
@@ -251,22 +319,38 @@ type lastOf struct {
 	pos decode.Position
 }
 
+// committedIDs returns the keys of the committed rows of every table
+// compared (see Keys).
 func committedIDs(ctx context.Context, db Querier, opts Options) (map[string]struct{}, error) {
-	q := `SELECT id::text FROM ` + opts.Table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND ($2::timestamptz IS NULL OR created_at < $2)`
+	ids := map[string]struct{}{}
+	for _, t := range opts.tables() {
+		prefix := ""
+		if len(opts.MoreTables) > 0 {
+			prefix = contract.QualifiedID(t.String(), "")
+		}
+		if err := readIDs(ctx, db, t, opts, func(id string) { ids[prefix+id] = struct{}{} }); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// readIDs calls add with the id of every row of table in the range.
+func readIDs(ctx context.Context, db Querier, table contract.Table, opts Options, add func(string)) error {
+	q := `SELECT id::text FROM ` + table.Quoted() + ` WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND ($2::timestamptz IS NULL OR created_at < $2)`
 	rows, err := db.Query(ctx, q, nullTime(opts.Since), nullTime(opts.Until))
 	if err != nil {
-		return nil, fmt.Errorf("read committed rows of %s: %w", opts.Table, err)
+		return fmt.Errorf("read committed rows of %s: %w", table, err)
 	}
-	ids := map[string]struct{}{}
 	var id string
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		ids[id] = struct{}{}
+		add(id)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read committed rows of %s: %w", opts.Table, err)
+		return fmt.Errorf("read committed rows of %s: %w", table, err)
 	}
-	return ids, nil
+	return nil
 }
 
 func nullTime(t time.Time) *time.Time {

@@ -24,6 +24,8 @@ type benchCmd struct {
 	Rates           string        `name:"rates" default:"1000,2500,5000" help:"Insert rates (events/s) of the latency runs (R2)."`
 	Duration        time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
 	Baseline        int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
+	Tables          int           `name:"tables" default:"0" help:"Backlog of each of two tables in the several-tables comparison (T1): one relay reading both tables on one slot against two relays reading one each; 0 skips it."`
+	Only            string        `name:"only" help:"Run only these measurements, comma-separated: limits (L1, L2, R1), cold (C1), latency (R2), resources (R3), baseline (R4), tables (T1)."`
 	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
@@ -44,7 +46,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
+		Baseline: c.Baseline, Tables: c.Tables, Only: c.Only, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

@@ -19,7 +19,7 @@ type cleanupCmd struct {
 	pgFlags        `embed:""`
 	Source         string        `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"What published the rows: wal (trust the slot's confirmations) or poll (trust processed_at, which run --source poll sets after each PubAck; no slot is read)."`
 	Slot           string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"The relay's replication slot: only what it confirmed is deleted."`
-	Table          string        `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
+	Table          []string      `name:"table" env:"OUTBOX_TABLE" default:"${table}" sep:"," help:"Outbox table, schema-qualified; the relay's tables, in its order, when it reads several (each is cleaned up)."`
 	Retention      time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"${retention}" help:"Keep rows created less than this long ago, confirmed or not."`
 	Batch          int           `name:"batch" env:"OUTBOX_CLEANUP_BATCH" default:"${cleanup_batch}" help:"Rows deleted or marked per transaction."`
 	Wait           time.Duration `name:"wait" default:"${cleanup_wait}" help:"How long to wait for the slot to confirm the WAL written before this run (0: rely on earlier runs only)."`
@@ -40,27 +40,39 @@ func cleanupDefaults() kong.Vars {
 }
 
 func (c *cleanupCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	table, err := contract.ParseTable(c.Table)
+	tables, err := contract.ParseTables(c.Table...)
 	if err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}
 	if err := replication.CheckName("slot", c.Slot); err != nil {
 		return fmt.Errorf("--slot: %w", err)
 	}
+	several := len(tables) > 1
+	if several && c.Source == sourcePoll {
+		return fmt.Errorf("--source poll with %d tables (%s): a polling relay reads one table; clean each up with its own command", len(tables), contract.JoinTables(tables))
+	}
 	pool, err := openPoolOnly(ctx, c.PGURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rep, err := retention.Run(ctx, pool, retention.Config{
-		Table: table, Slot: c.Slot, Retention: c.Retention, Batch: c.Batch, Wait: c.Wait,
-		DryRun: c.DryRun, MarkProcessed: c.MarkProcessed, DropPartitions: c.DropPartitions, LockTimeout: c.LockTimeout,
-		ProcessedOnly: c.Source == "poll",
-	}, log)
-	if err != nil {
-		return err
+	// A relay of several tables keeps its record and dead letters in its
+	// first table's schema, keyed by qualified id.
+	for _, table := range tables {
+		rep, err := retention.Run(ctx, pool, retention.Config{
+			Table: table, Slot: c.Slot, RecordSchema: tables[0].Schema, QualifiedKeys: several,
+			Retention: c.Retention, Batch: c.Batch, Wait: c.Wait,
+			DryRun: c.DryRun, MarkProcessed: c.MarkProcessed, DropPartitions: c.DropPartitions, LockTimeout: c.LockTimeout,
+			ProcessedOnly: c.Source == sourcePoll,
+		}, log)
+		if err != nil {
+			return err
+		}
+		if several {
+			fmt.Printf("%s: ", table)
+		}
+		printCleanup(rep)
 	}
-	printCleanup(rep)
 	return nil
 }
 

@@ -93,7 +93,7 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 }
 
 func defaultNames() nameFlags {
-	return nameFlags{Slot: contract.DefaultSlot, Publication: contract.DefaultPublication, Table: contract.DefaultTable.String(),
+	return nameFlags{Slot: contract.DefaultSlot, Publication: contract.DefaultPublication, Table: []string{contract.DefaultTable.String()},
 		Stream: contract.DefaultStream, Subject: contract.DefaultSubject, DeadLetterSubject: contract.DefaultDeadLetterSubject,
 		DuplicateWindow: jetstream.DefaultDuplicateWindow}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -26,9 +27,9 @@ type dlqCmd struct {
 
 type dlqListCmd struct {
 	pgFlags `embed:""`
-	Table   string `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
-	All     bool   `name:"all" help:"Include events already retried."`
-	JSON    bool   `name:"json" help:"Print JSON."`
+	Table   []string `name:"table" env:"OUTBOX_TABLE" default:"${table}" sep:"," help:"Outbox table, schema-qualified; the relay's tables, in its order, when it reads several (its dead letters are then keyed schema.table/id)."`
+	All     bool     `name:"all" help:"Include events already retried."`
+	JSON    bool     `name:"json" help:"Print JSON."`
 }
 
 // deadLetter is one row of `dlq list`.
@@ -44,7 +45,7 @@ type deadLetter struct {
 }
 
 func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
-	table, err := contract.ParseTable(c.Table)
+	tables, err := contract.ParseTables(c.Table...)
 	if err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}
@@ -54,9 +55,9 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	}
 	defer t.Close()
 	rows, err := t.Query(ctx, `SELECT d.event_id, d.reason, COALESCE(d.commit_lsn::text, ''), d.dead_lettered_at, d.retried_at,
-			e.aggregate_type::text, e.aggregate_id::text, e.event_type::text
-		FROM `+pgx.Identifier{table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` d
-		LEFT JOIN `+table.Quoted()+` e ON e.id::text = d.event_id
+			e.aggregate_type, e.aggregate_id, e.event_type
+		FROM `+pgx.Identifier{tables[0].Schema, checkpoint.DeadLettersTable}.Sanitize()+` d
+		LEFT JOIN (`+deadLetterRows(tables)+`) e ON e.key = d.event_id
 		WHERE $1 OR d.retried_at IS NULL ORDER BY d.dead_lettered_at`, c.All)
 	if err != nil {
 		return fmt.Errorf("read dead letters: %w", err)
@@ -87,6 +88,22 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		fmt.Println("no dead letters")
 	}
 	return nil
+}
+
+// deadLetterRows is the SQL of the tables' rows by dead-letter key (see
+// core.DeadLetterKey): the id, or of several tables the qualified id. A
+// relay of several tables keeps its dead letters in its first table's
+// schema.
+func deadLetterRows(tables []contract.Table) string {
+	parts := make([]string, len(tables))
+	for i, table := range tables {
+		key := "id::text"
+		if len(tables) > 1 {
+			key = "'" + strings.ReplaceAll(contract.QualifiedID(table.String(), ""), "'", "''") + "' || id::text"
+		}
+		parts[i] = `SELECT ` + key + ` AS key, aggregate_type::text AS aggregate_type, aggregate_id::text AS aggregate_id, event_type::text AS event_type FROM ` + table.Quoted()
+	}
+	return strings.Join(parts, " UNION ALL ")
 }
 
 // shownID quotes an id that whitespace or control characters would make
@@ -145,10 +162,11 @@ func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Lo
 	var problems []string
 	found, rejected := map[string]bool{}, map[string]bool{}
 	o, _, err := t.publishIDs(ctx, n, ids, contract.ReplayRetry, log, func(o *relay.OneShot, ev *decode.Event) bool {
-		found[ev.ID] = true
+		key := core.DeadLetterKey(ev)
+		found[key] = true
 		if reason := o.Rejects(ev); reason != "" {
-			rejected[ev.ID] = true
-			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", ev.ID, reason))
+			rejected[key] = true
+			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", key, reason))
 			return false
 		}
 		return true
@@ -159,7 +177,7 @@ func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Lo
 	for _, id := range ids {
 		switch reason, again := o.DeadLettered(id); {
 		case !found[id]:
-			problems = append(problems, fmt.Sprintf("%s: no such row in %s (deleted, or an event without a usable id)", id, n.table))
+			problems = append(problems, fmt.Sprintf("%s: no such row in %s (deleted, or an event without a usable id)", id, contract.JoinTables(n.tables())))
 		case again:
 			problems = append(problems, fmt.Sprintf("%s was dead-lettered again: %s", id, reason))
 		case !rejected[id]:

@@ -53,6 +53,9 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		if err := c.pollFlags.validate(); err != nil {
 			return withExit(exitUsage, err)
 		}
+		if err := n.oneTable("doctor --source poll", pollOneTable); err != nil {
+			return withExit(exitUsage, err)
+		}
 		if c.PrimaryURL != "" {
 			return withExit(exitUsage, errPrimaryWithPoll)
 		}
@@ -114,5 +117,5 @@ func (c *doctorCmd) checkPostgres(ctx context.Context, pool *pgxpool.Pool, n nam
 	if c.Source == sourcePoll {
 		return doctor.CheckPostgresPoll(ctx, pool, doctor.PollOptions{Table: n.table, Slot: n.slot, Notify: c.Notify, Batch: c.PollBatch, MaxOutage: c.MaxOutage})
 	}
-	return doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
+	return doctor.CheckPostgres(ctx, pool, doctor.PGOptions{Table: n.table, MoreTables: n.more, Publication: n.publication, Slot: n.slot, StatusInterval: c.StatusInterval})
 }

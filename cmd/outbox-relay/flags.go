@@ -118,7 +118,7 @@ func (f natsFlags) options() jetstream.NATSOptions {
 type nameFlags struct {
 	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"Logical replication slot (created on first start)."`
 	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication that contains the outbox table."`
-	Table             string        `name:"table" env:"OUTBOX_TABLE" default:"${table}" help:"Outbox table, schema-qualified."`
+	Table             []string      `name:"table" env:"OUTBOX_TABLE" default:"${table}" sep:"," help:"Outbox table, schema-qualified. Several (the flag repeated, or comma-separated) are relayed on one slot and publication, in one pass over the WAL; their ids are then qualified (schema.table/id): see docs/setup.md."`
 	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"${stream}" help:"JetStream stream (created when missing)."`
 	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"${subject}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token (up to 8 with --subject-dots tokens)."`
 	SubjectDots       string        `name:"subject-dots" env:"OUTBOX_SUBJECT_DOTS" default:"escape" enum:"escape,tokens" help:"How a placeholder renders a dotted value such as order.created: escape (one token, order%2Ecreated; the default, the subjects of earlier versions) or tokens (order.created, at most 8 tokens; the stream must then cover prefix.>). See docs/subjects-and-messages.md before switching."`
@@ -129,16 +129,30 @@ type nameFlags struct {
 // names is nameFlags parsed and validated.
 type names struct {
 	slot, publication string
-	table             contract.Table
-	stream            string
-	subject           sink.Template
-	deadLetter        string
-	duplicateWindow   time.Duration
+	// table is the outbox table, the first of several when more names
+	// others.
+	table           contract.Table
+	more            []contract.Table
+	stream          string
+	subject         sink.Template
+	deadLetter      string
+	duplicateWindow time.Duration
 }
 
 // relayConfig is the relay's configuration with these names.
 func (n names) relayConfig() relay.Config {
-	return relay.Config{Slot: n.slot, Publication: n.publication, Table: n.table, Publishing: n.publishing()}
+	return relay.Config{Slot: n.slot, Publication: n.publication, Table: n.table, MoreTables: n.more, Publishing: n.publishing()}
+}
+
+// tables returns every table named, the first first.
+func (n names) tables() []contract.Table { return append([]contract.Table{n.table}, n.more...) }
+
+// oneTable refuses several tables for a command that reads one.
+func (n names) oneTable(what, fix string) error {
+	if len(n.more) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s reads one outbox table and --table (OUTBOX_TABLE) names %d (%s): %s", what, len(n.more)+1, contract.JoinTables(n.tables()), fix)
 }
 
 // publishing is where events go with these names.
@@ -155,9 +169,11 @@ func (f nameFlags) parse() (names, error) {
 	if err = replication.CheckName("publication", f.Publication); err != nil {
 		return n, fmt.Errorf("--publication: %w", err)
 	}
-	if n.table, err = contract.ParseTable(f.Table); err != nil {
+	tables, err := contract.ParseTables(f.Table...)
+	if err != nil {
 		return n, fmt.Errorf("--table: %w", err)
 	}
+	n.table, n.more = tables[0], tables[1:]
 	dots, err := sink.ParseDots(f.SubjectDots)
 	if err != nil {
 		return n, fmt.Errorf("--subject-dots: %w", err)

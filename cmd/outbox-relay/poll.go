@@ -19,6 +19,9 @@ const (
 	sourcePoll = "poll"
 )
 
+// pollOneTable is what to do instead of polling several tables at once.
+const pollOneTable = "run one polling relay per table, each with its own --slot (its claims and dead letters are keyed by it), or read them all from the WAL (--source wal)"
+
 // pollFlags choose where run reads events and tune the polling relay.
 type pollFlags struct {
 	Source          string        `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"Where events come from: wal (the logical replication slot) or poll (the table, in batches, for databases without logical replication; see docs/polling.md)."`

@@ -92,6 +92,11 @@ func (c *runCmd) config() (relay.Config, error) {
 	if c.PrimaryURL != "" && c.Source == sourcePoll {
 		return relay.Config{}, errPrimaryWithPoll
 	}
+	if c.Source == sourcePoll {
+		if err := n.oneTable("run --source poll", pollOneTable); err != nil {
+			return relay.Config{}, err
+		}
+	}
 	cfg.PrimaryURL = c.PrimaryURL
 	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, c.WindowBytes, c.AckTimeout
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout

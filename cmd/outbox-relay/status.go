@@ -39,6 +39,11 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	if err != nil {
 		return withExit(exitUsage, err)
 	}
+	if c.Source == sourcePoll {
+		if err := n.oneTable("status --source poll", pollOneTable); err != nil {
+			return withExit(exitUsage, err)
+		}
+	}
 	if c.Watch && c.JSON {
 		return withExit(exitUsage, errors.New("--watch draws a view or prints lines; it has no --json"))
 	}

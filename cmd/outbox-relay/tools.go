@@ -101,7 +101,9 @@ func (t *tools) reader(ctx context.Context, n names, log zerolog.Logger) *jssink
 // identity is what the table's messages name as their source (its
 // Postgres system, database and table, and the relay's slot for messages
 // of older relays): operator commands read a shared stream back through
-// it, leaving other tables', databases' and clusters' messages out. A role
+// it, leaving other tables', databases' and clusters' messages out. For a
+// relay of several tables it names them all (sink.Source.Tables), so each
+// table's messages count, and only theirs. A role
 // that may not read pg_control_system() gets the zero source, which takes
 // every relay's messages for the table's, and a warning.
 func identity(ctx context.Context, pool *pgxpool.Pool, n names, log zerolog.Logger) sink.Source {
@@ -110,7 +112,7 @@ func identity(ctx context.Context, pool *pgxpool.Pool, n names, log zerolog.Logg
 		log.Warn().Err(err).Msg("reading every relay's messages in the stream as this table's: a stream shared with other tables, databases or clusters shows theirs too")
 		return sink.Source{}
 	}
-	return sink.Source{System: system, Database: database, Table: n.table.String(), Slot: n.slot}
+	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.tables()), Slot: n.slot}
 }
 
 // republish publishes the rows with the given ids from the table.
@@ -123,13 +125,14 @@ func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolo
 	return nil
 }
 
-// publishIDs publishes the table's rows with the given ids, in commit
-// order, marked with replay (contract.HeaderReplay), and waits for their
-// PubAcks. admit, when set, sees every row
-// found, with the publisher, and may hold it back. It returns the
-// publisher (to ask what was dead-lettered) and how many rows were found.
+// publishIDs publishes the rows with the given keys (ids, qualified by
+// their table when the relay reads several: see relay.RowSource.EachKey),
+// in commit order, marked with replay (contract.HeaderReplay), and waits
+// for their PubAcks. admit, when set, sees every row found, with the
+// publisher, and may hold it back. It returns the publisher (to ask what
+// was dead-lettered) and how many rows were found.
 func (t *tools) publishIDs(ctx context.Context, n names, ids []string, replay string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
-	src, err := relay.NewRowSource(ctx, t.pool, n.table)
+	src, err := relay.NewRowSource(ctx, t.pool, n.table, n.more...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -139,7 +142,7 @@ func (t *tools) publishIDs(ctx context.Context, n names, ids []string, replay st
 	if err != nil {
 		return nil, 0, err
 	}
-	count, err := src.Each(ctx, t.pool, "id::text = ANY($1)", []any{ids}, func(ev *decode.Event) error {
+	count, err := src.EachKey(ctx, t.pool, "", ids, func(ev *decode.Event) error {
 		if admit != nil && !admit(o, ev) {
 			return nil
 		}

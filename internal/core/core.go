@@ -50,14 +50,29 @@ func OpenStream(ctx context.Context, d Deps, p Publishing) (*jetstream.Stream, e
 	return jetstream.Open(ctx, d.NATS, p.StreamSpec(), d.Log)
 }
 
+// DeadLetterKey names a dead-lettered event in Postgres as `dlq retry`
+// and a one-shot publish look it up: its id as the row holds it, also when
+// a Nats-Msg-Id cannot carry it (whitespace), so that the dead-letter view
+// and `dlq retry` find its row; qualified by its table (schema.table/id)
+// when the relay reads several tables, whose ids may be equal; its
+// position only when it has no id at all. The relay's records key it by
+// sink.DeadLetterKey (see RecordDeadLetter), which is the same for every
+// id a dead letter carries whole.
+func DeadLetterKey(ev *decode.Event) string {
+	if ev.ID == "" {
+		return ev.Position.String()
+	}
+	return ev.MsgID()
+}
+
 // RecordDeadLetter returns the destination's callback that records a dead
 // letter in Postgres (see jetstream.Config.RecordDeadLetter), keyed by
 // sink.DeadLetterKey: its id as the row holds it, also when a Nats-Msg-Id
 // cannot carry it (whitespace), so that the dead-letter view and `dlq
-// retry` find its row; the id its dead letter is stored under when it has
-// none.
+// retry` find its row, qualified by its table when the relay reads several
+// (sink.RowKey); the id its dead letter is stored under when it has none.
 func RecordDeadLetter(store *checkpoint.Store) func(context.Context, *decode.Event, string, string) error {
 	return func(ctx context.Context, ev *decode.Event, stored, reason string) error {
-		return store.RecordDeadLetter(ctx, sink.DeadLetterKey(ev.ID, stored), reason, ev.Position.CommitLSN)
+		return store.RecordDeadLetter(ctx, sink.DeadLetterKey(sink.RowKey(ev.Table, ev.ID, ev.QualifyID), stored), reason, ev.Position.CommitLSN)
 	}
 }

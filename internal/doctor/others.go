@@ -29,7 +29,8 @@ func readOthers(ctx context.Context, pool *pgxpool.Pool, o PGOptions, f *pgFacts
 // streams from keeps WAL for nobody (a renamed --slot, an earlier
 // deployment): the fix drops it. Idle slots of other tables are worth
 // knowing (their relay may be down) but this relay's doctor leaves them
-// to theirs.
+// to theirs. A relay of several tables is judged for each of them: another
+// slot serving any of its tables counts (see checkpoint.SlotTables).
 func otherSlotFindings(f pgFacts, o PGOptions) []Finding {
 	const check = "postgres.other_slots"
 	if f.OthersErr != "" {
@@ -37,15 +38,16 @@ func otherSlotFindings(f pgFacts, o PGOptions) []Finding {
 	}
 	var out []Finding
 	for _, s := range f.Others {
+		table, serves := s.ServesAny(o.tables())
 		switch {
-		case s.Serves(o.Table) && s.Active:
+		case serves && s.Active:
 			out = append(out, problem(Error, check,
 				fmt.Sprintf("run one relay per table: use --slot %s (this relay then waits as its standby), or stop the relay of slot %q first and drop its slot: %s", s.Slot, s.Slot, s.DropSQL(o.Table.Schema)),
-				"slot %q streams %s (pid %d): a relay on slot %q would refuse to start, as both would publish every event", s.Slot, o.Table, s.ActivePID, o.Slot))
-		case s.Serves(o.Table) && s.Idle():
+				"slot %q streams %s (pid %d): a relay on slot %q would refuse to start, as both would publish every event", s.Slot, table, s.ActivePID, o.Slot))
+		case serves && s.Idle():
 			out = append(out, problem(Warn, check, s.DropSQL(o.Table.Schema),
 				"slot %q, recorded for %s too, exists and no relay streams from it: Postgres keeps %s of WAL for it (wal_status %s); drop it if no relay will use it again",
-				s.Slot, o.Table, HumanBytes(s.RetainedBytes), s.WALStatus))
+				s.Slot, table, HumanBytes(s.RetainedBytes), s.WALStatus))
 		case s.Idle():
 			table := s.Table
 			if table == "" {
@@ -56,7 +58,7 @@ func otherSlotFindings(f pgFacts, o PGOptions) []Finding {
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, ok(check, "no other slot recorded for %s keeps WAL or streams it", o.Table))
+		out = append(out, ok(check, "no other slot recorded for %s keeps WAL or streams it", o.tableNames()))
 	}
 	return out
 }

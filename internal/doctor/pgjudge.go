@@ -35,8 +35,8 @@ func preflightFindings(f pgFacts, o PGOptions) []Finding {
 	passed := map[string]string{
 		replication.ProblemWALLevel:    "wal_level = logical",
 		replication.ProblemRole:        fmt.Sprintf("role %q may replicate (%s)", f.Role.Name, roleAttributes(f.Role)),
-		replication.ProblemPublication: fmt.Sprintf("publication %q publishes the inserts of %s", o.Publication, o.Table),
-		replication.ProblemTable:       fmt.Sprintf("table %s has the columns the relay reads", o.Table),
+		replication.ProblemPublication: fmt.Sprintf("publication %q publishes the inserts of %s", o.Publication, o.tableNames()),
+		replication.ProblemTable:       fmt.Sprintf("table %s has the columns the relay reads", o.tableNames()),
 	}
 	var out []Finding
 	for _, p := range f.Preflight {
@@ -88,8 +88,8 @@ func publicationFindings(f pgFacts, o PGOptions) []Finding {
 	}
 	if f.Pub.AllTables {
 		out = append(out, problem(Warn, "postgres.publication_tables",
-			fmt.Sprintf("CREATE PUBLICATION outbox_only FOR TABLE %s WITH (publish = 'insert'); and point --publication at it (the relay refuses a publication changed under an existing slot: plan it with a new --slot)", o.Table.Quoted()),
-			"publication %q is FOR ALL TABLES: the inserts of every table are decoded and sent to the relay, which drops all but %s", o.Publication, o.Table))
+			fmt.Sprintf("CREATE PUBLICATION outbox_only FOR TABLE %s WITH (publish = 'insert'); and point --publication at it (the relay refuses a publication changed under an existing slot: plan it with a new --slot)", quotedTables(o.tables())),
+			"publication %q is FOR ALL TABLES: the inserts of every table are decoded and sent to the relay, which drops all but %s", o.Publication, o.tableNames()))
 	}
 	return out
 }
@@ -203,6 +203,9 @@ func grantFindings(f pgFacts, o PGOptions) []Finding {
 		out = append(out, problem(Error, check, fmt.Sprintf("GRANT SELECT ON %s TO %s; (or outbox-relay migrate --relay-role %s)", o.Table.Quoted(), role, f.Role.Name),
 			"role %q cannot SELECT from %s: the first start and --recreate-slot read the table", f.Role.Name, o.Table))
 	}
+	for _, g := range f.MoreGrants {
+		out = append(out, moreTableGrantFindings(g, role, f.Role.Name)...)
+	}
 	for _, g := range f.Grants.Relay {
 		switch {
 		case !g.Exists:
@@ -213,9 +216,37 @@ func grantFindings(f pgFacts, o PGOptions) []Finding {
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, ok(check, "role %q may connect, read %s and write the relay's records", f.Role.Name, o.Table))
+		out = append(out, ok(check, "role %q may connect, read %s and write the relay's records", f.Role.Name, o.tableNames()))
 	}
 	return out
+}
+
+// moreTableGrantFindings: the relay reads a further table of several too
+// (a missing one is replication.Preflight's to say).
+func moreTableGrantFindings(g tableGrant, role, roleName string) []Finding {
+	const check = "postgres.privileges"
+	if !g.Exists {
+		return nil
+	}
+	var out []Finding
+	if !g.SchemaUsage {
+		out = append(out, problem(Error, check, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", pgx.Identifier{g.Table.Schema}.Sanitize(), role),
+			"role %q lacks USAGE on schema %q", roleName, g.Table.Schema))
+	}
+	if !g.CanRead {
+		out = append(out, problem(Error, check, fmt.Sprintf("GRANT SELECT ON %s TO %s; (or outbox-relay migrate --relay-role %s)", g.Table.Quoted(), role, roleName),
+			"role %q cannot SELECT from %s: the first start and --recreate-slot read the table", roleName, g.Table))
+	}
+	return out
+}
+
+// quotedTables lists the tables quoted, comma-separated, for SQL text.
+func quotedTables(tables []contract.Table) string {
+	q := make([]string, len(tables))
+	for i, t := range tables {
+		q[i] = t.Quoted()
+	}
+	return strings.Join(q, ", ")
 }
 
 // slotFindings judges the relay's slot, when it exists.

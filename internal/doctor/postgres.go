@@ -16,13 +16,25 @@ import (
 
 // PGOptions are the relay's names and settings the Postgres checks judge.
 type PGOptions struct {
-	Table       contract.Table
+	// Table is the outbox table, the first of several when MoreTables
+	// names others (the relay keeps its records in its schema).
+	Table contract.Table
+	// MoreTables are the further tables of a relay of several.
+	MoreTables  []contract.Table
 	Publication string
 	Slot        string
 	// StatusInterval is the relay's --status-interval: wal_sender_timeout
 	// must leave room for it.
 	StatusInterval time.Duration
 }
+
+// tables returns every table, Table first.
+func (o PGOptions) tables() []contract.Table {
+	return append([]contract.Table{o.Table}, o.MoreTables...)
+}
+
+// tableNames names every table, comma-separated.
+func (o PGOptions) tableNames() string { return contract.JoinTables(o.tables()) }
 
 // payloadSample is how many rows the largest-payload check reads: enough
 // to see the usual sizes, bounded on a table of millions.
@@ -46,7 +58,10 @@ type pgFacts struct {
 	SendersUsed int
 	Pub         pubFacts
 	Grants      grantFacts
-	Slot        replication.SlotInfo
+	// MoreGrants are the role's privileges on the further tables of a
+	// relay of several (PGOptions.MoreTables), in their order.
+	MoreGrants []tableGrant
+	Slot       replication.SlotInfo
 	// Invalidated is why Postgres invalidated the slot (16+: conflicting
 	// with recovery, 17+: invalidation_reason), "" when it did not.
 	Invalidated string
@@ -73,6 +88,12 @@ type grantFacts struct {
 	// Relay is, per bookkeeping table of the relay, whether it exists and
 	// the privileges it needs are granted.
 	Relay []relayGrant
+}
+
+// tableGrant is what the role may do with one further outbox table.
+type tableGrant struct {
+	Table                        contract.Table
+	Exists, SchemaUsage, CanRead bool
 }
 
 type relayGrant struct {
@@ -104,7 +125,7 @@ func readPG(ctx context.Context, pool *pgxpool.Pool, o PGOptions) (pgFacts, erro
 	if err = pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_database()`).Scan(&f.Version, &f.Database); err != nil {
 		return f, fmt.Errorf("read the server version: %w", err)
 	}
-	if f.Preflight, err = replication.Preflight(ctx, pool, o.Table, o.Publication); err != nil {
+	if f.Preflight, err = replication.PreflightTables(ctx, pool, o.tables(), o.Publication); err != nil {
 		return f, err
 	}
 	if f.Role, err = replication.ReadRole(ctx, pool); err != nil {
@@ -129,18 +150,59 @@ func readPG(ctx context.Context, pool *pgxpool.Pool, o PGOptions) (pgFacts, erro
 	if f.Grants, err = readGrants(ctx, pool, o.Table); err != nil {
 		return f, err
 	}
+	var readable []contract.Table
+	if f.Grants.TableExists && f.Grants.TableSelect {
+		readable = append(readable, o.Table)
+	}
+	for _, t := range o.MoreTables {
+		g, err := readTableGrant(ctx, pool, t)
+		if err != nil {
+			return f, err
+		}
+		f.MoreGrants = append(f.MoreGrants, g)
+		if g.Exists && g.CanRead {
+			readable = append(readable, t)
+		}
+	}
 	if err := readSlot(ctx, pool, o.Slot, &f); err != nil {
 		return f, err
 	}
 	readOthers(ctx, pool, o, &f)
-	if f.Grants.TableExists && f.Grants.TableSelect && !hasProblem(f.Preflight, replication.ProblemTable) {
-		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(octet_length(payload::text)), 0), count(*) FROM (SELECT payload FROM %s LIMIT %d) s`,
-			o.Table.Quoted(), payloadSample)).Scan(&f.LargestPayload, &f.PayloadRows)
-		if err != nil {
-			return f, fmt.Errorf("read the payload sizes of %s: %w", o.Table, err)
+	if hasProblem(f.Preflight, replication.ProblemTable) {
+		return f, nil
+	}
+	for _, t := range readable {
+		if err := readPayloads(ctx, pool, t, &f); err != nil {
+			return f, err
 		}
 	}
 	return f, nil
+}
+
+// readPayloads samples the payload sizes of table into f: the largest of
+// every table read, and the rows read in all.
+func readPayloads(ctx context.Context, pool *pgxpool.Pool, table contract.Table, f *pgFacts) error {
+	var largest, rows int64
+	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(octet_length(payload::text)), 0), count(*) FROM (SELECT payload FROM %s LIMIT %d) s`,
+		table.Quoted(), payloadSample)).Scan(&largest, &rows)
+	if err != nil {
+		return fmt.Errorf("read the payload sizes of %s: %w", table, err)
+	}
+	f.LargestPayload, f.PayloadRows = max(f.LargestPayload, largest), f.PayloadRows+rows
+	return nil
+}
+
+// readTableGrant reads what the role may do with a further outbox table.
+func readTableGrant(ctx context.Context, pool *pgxpool.Pool, table contract.Table) (tableGrant, error) {
+	g := tableGrant{Table: table}
+	err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+			CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $2) THEN has_schema_privilege($2, 'USAGE') ELSE false END,
+			COALESCE(has_table_privilege(to_regclass($1), 'SELECT'), false)`,
+		table.Quoted(), table.Schema).Scan(&g.Exists, &g.SchemaUsage, &g.CanRead)
+	if err != nil {
+		return g, fmt.Errorf("read the role's privileges on %s: %w", table, err)
+	}
+	return g, nil
 }
 
 func readPublication(ctx context.Context, pool *pgxpool.Pool, publication string) (pubFacts, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -102,7 +103,7 @@ func tableSource(ctx context.Context, pool *pgxpool.Pool, n relay.Config) sink.S
 	if err != nil {
 		return sink.Source{}
 	}
-	return sink.Source{System: system, Database: database, Table: n.Table.String(), Slot: n.Slot}
+	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.Tables()), Slot: n.Slot}
 }
 
 // readSlot fills in the slot's side of r.
@@ -145,13 +146,14 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, o Options, r *Report) err
 func otherSlotProblems(n relay.Config, others []checkpoint.OtherSlot) []string {
 	var out []string
 	for _, o := range others {
+		table, serves := o.ServesAny(n.Tables()) // any table of a relay of several
 		switch {
-		case !o.Serves(n.Table):
+		case !serves:
 		case o.Idle():
 			out = append(out, fmt.Sprintf("slot %q, recorded for %s too, exists and no relay streams from it: it keeps %s of WAL; if no relay will use it again, drop it: %s",
-				o.Slot, n.Table, doctor.HumanBytes(o.RetainedBytes), o.DropSQL(n.Table.Schema)))
+				o.Slot, table, doctor.HumanBytes(o.RetainedBytes), o.DropSQL(n.Table.Schema)))
 		case o.Active && o.Slot != n.Slot:
-			out = append(out, fmt.Sprintf("slot %q streams %s (pid %d): a relay on slot %q would refuse to start while it does", o.Slot, n.Table, o.ActivePID, n.Slot))
+			out = append(out, fmt.Sprintf("slot %q streams %s (pid %d): a relay on slot %q would refuse to start while it does", o.Slot, table, o.ActivePID, n.Slot))
 		}
 	}
 	return out

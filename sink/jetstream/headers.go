@@ -63,6 +63,9 @@ type wireMsg struct {
 	// the value the headers hold now.
 	stamp   *sink.Stamp
 	stamped *sink.Source
+	// several says stamped names several tables: each message then
+	// carries its own event's table (sink.Source.OfEvent).
+	several bool
 	// own are the names of the last event's own headers, removed by reset.
 	own []string
 }
@@ -87,7 +90,7 @@ func (w *wireMsg) stampSource() {
 	if src == w.stamped || src == nil {
 		return
 	}
-	w.stamped = src
+	w.stamped, w.several = src, src.Several()
 	v := formatSource(*src)
 	w.set(contract.HeaderSourceSystem, v.system)
 	w.set(contract.HeaderSourceTimeline, v.timeline)
@@ -190,7 +193,7 @@ func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
 // that routes its PubAck back.
 func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.reset(subject, reply, ev.Payload)
-	w.set(contract.HeaderMsgID, ev.ID)
+	w.set(contract.HeaderMsgID, ev.MsgID())
 	w.fillCommon(ev, nil)
 }
 
@@ -213,7 +216,7 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, id, subject, reply, original,
 
 // optionalHeaders are set for some messages only; reset removes them. The
 // others are overwritten in place, so their slices are reused.
-var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
+var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderTable, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
 	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted, natsjs.ExpectedLastSubjSeqHeader}
 
 func (w *wireMsg) reset(subject, reply string, data []byte) {
@@ -234,6 +237,13 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	encoded = w.setEncoded(contract.HeaderEventType, ev.EventType, encoded)
 	if ev.CreatedAt != "" {
 		w.set(contract.HeaderCreatedAt, ev.CreatedAt)
+	}
+	if ev.Table != "" {
+		w.set(contract.HeaderTable, ev.Table)
+	}
+	if w.several {
+		// A relay of several tables: Outbox-Source-Table names the event's.
+		w.set(contract.HeaderSourceTable, encodeName(w.stamped.OfEvent(ev.Table).Table))
 	}
 	if ev.Position.CommitLSN != w.lsnKey || w.lsnText == "" {
 		// Every event of a transaction shares its commit LSN: format it once.

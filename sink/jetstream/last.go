@@ -100,6 +100,7 @@ func ParseStored(msg *natsjs.RawStreamMsg) (ev sink.StoredEvent, ok bool) {
 		AggregateType: msg.Header.Get(contract.HeaderAggregateType),
 		AggregateID:   msg.Header.Get(contract.HeaderAggregateID),
 		CreatedAt:     msg.Header.Get(contract.HeaderCreatedAt),
+		Table:         msg.Header.Get(contract.HeaderTable),
 		Replay:        msg.Header.Get(contract.HeaderReplay),
 	}
 	pos, ok := parsePosition(msg)

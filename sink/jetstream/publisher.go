@@ -463,7 +463,7 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 			limit = 0
 		}
 		p.wire.fillDeadLetter(ev, p.deadLetterID(ev, seq), p.cfg.DeadLetterSubject, replyTo, subject, deadLetter, limit)
-		p.log.Warn().Str("event_id", ev.ID).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
+		p.log.Warn().Str("event_id", ev.ID).Str("table", ev.Table).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
 			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
 	}

@@ -405,7 +405,7 @@ func (p *Publisher) reconcile(ctx context.Context) error {
 		if s.deadLetter != "" || s.ev.Problem != "" {
 			dead[contract.DeadLetterMsgID(p.deadLetterID(&s.ev, s.seq))] = seq
 		} else {
-			events[s.ev.ID] = seq
+			events[s.ev.MsgID()] = seq
 		}
 	}
 	p.mu.Unlock()

@@ -147,7 +147,7 @@ func (s *Sink) storeLocked(ev *decode.Event) {
 	st := sink.StoredEvent{
 		Seq: uint64(len(s.stored) + 1), Time: time.Now(), ID: sink.StoredID(ev), Position: ev.Position,
 		AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, CreatedAt: ev.CreatedAt,
-		Source: s.stamp.Source(),
+		Table: ev.Table, Source: s.stamp.Source().OfEvent(ev.Table),
 	}
 	if reason := s.rejectLocked(ev); reason != "" {
 		st.DeadLetter, st.Reason = true, reason

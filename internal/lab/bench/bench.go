@@ -62,6 +62,14 @@ type Options struct {
 	Duration time.Duration
 	// Baseline is the row count of the polling baseline (R4); 0 skips it.
 	Baseline int
+	// Tables is the backlog of each of two tables in the several-tables
+	// comparison (T1): one relay reading both against two relays reading
+	// one each; 0 skips it.
+	Tables int
+	// Only, when set, names the measurements to run, comma-separated:
+	// limits (L1, L2, R1), cold (C1), latency (R2), resources (R3),
+	// baseline (R4), tables (T1).
+	Only string
 	// Window is the relay's --window.
 	Window int
 	// LatencyFile, when set, receives every latency run's events as CSV.
@@ -134,7 +142,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	b.noteVersions(ctx)
-	steps := []func(context.Context) error{b.limitsAndDrains, b.coldStarts, b.latencies, b.resources, b.baseline}
+	steps, err := b.steps()
+	if err != nil {
+		return err
+	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			if ferr := b.finish(err); ferr != nil {
@@ -144,6 +155,32 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	return b.finish(nil)
+}
+
+// steps returns the measurements to run, in order: every one, or those
+// Options.Only names.
+func (b *bench) steps() ([]func(context.Context) error, error) {
+	all := []struct {
+		name string
+		run  func(context.Context) error
+	}{{"limits", b.limitsAndDrains}, {"cold", b.coldStarts}, {"latency", b.latencies}, {"resources", b.resources}, {"baseline", b.baseline}, {"tables", b.tables}}
+	chosen := map[string]bool{}
+	for _, name := range strings.Split(b.cfg.Only, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			chosen[name] = true
+		}
+	}
+	var steps []func(context.Context) error
+	for _, s := range all {
+		if len(chosen) == 0 || chosen[s.name] {
+			steps = append(steps, s.run)
+			delete(chosen, s.name)
+		}
+	}
+	for name := range chosen {
+		return nil, fmt.Errorf("--only: no measurement %q (limits, cold, latency, resources, baseline, tables)", name)
+	}
+	return steps, nil
 }
 
 // finish prints the report of what was measured, and writes its JSON

@@ -95,7 +95,7 @@ func (b *bench) check(ctx context.Context, sc scenario, stream jetstream.Stream)
 // verify compares the scenario's table with its stream and returns how
 // many rows it checked.
 func (b *bench) verify(ctx context.Context, sc scenario, stream jetstream.Stream) (int, error) {
-	rep, err := verify.Run(ctx, b.pool, jssink.NewReader(b.js, stream, sc.subject.Filter(), sc.deadLetter, nil), verify.Options{Table: sc.table})
+	rep, err := verify.Run(ctx, b.pool, jssink.NewReader(b.js, stream, sc.subject.Filter(), sc.deadLetter, nil), verify.Options{Table: sc.table, MoreTables: sc.more})
 	if err != nil {
 		return 0, err
 	}

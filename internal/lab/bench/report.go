@@ -29,6 +29,7 @@ type report struct {
 	latencies []latencyResult
 	polls     []pollResult
 	colds     []coldResult
+	tables    []tablesResult
 }
 
 func (r *report) add(key, kind, what string, events int, took time.Duration) *benchRow {
@@ -57,6 +58,16 @@ func (r *report) find(kind string) *benchRow {
 // cold-start drains did.
 func (r *report) print(out io.Writer, checked, coldChecked int) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	if len(r.rows) > 0 {
+		r.printThroughput(out, w)
+	}
+	r.printColds(out, coldChecked)
+	r.printTables(out)
+	r.printRest(out, w, checked)
+}
+
+// printThroughput writes the throughput and resources tables.
+func (r *report) printThroughput(out io.Writer, w *tabwriter.Writer) {
 	fmt.Fprintln(out, "\nThroughput (one run, on this machine; Postgres, NATS and the relay share its cores)")
 	fmt.Fprintln(w, "measure\tevents\tseconds\tevents/s\tvs pg_recvlogical\tvs JetStream limit\twalsender µs/event\t")
 	js := r.find("L2")
@@ -99,9 +110,11 @@ func (r *report) print(out io.Writer, checked, coldChecked int) {
 			float64(d.relayRSS)/(1<<20), per(d.natsCPU, d.natsKnown), per(d.walsndCPU, d.walsndKnown))
 	}
 	w.Flush()
+}
 
-	r.printColds(out, coldChecked)
-
+// printRest writes the latency and polling tables, and what the checks
+// covered.
+func (r *report) printRest(out io.Writer, w *tabwriter.Writer, checked int) {
 	if len(r.latencies) > 0 {
 		fmt.Fprintln(out, "\nLatency, commit to stored in the stream (one-row transactions from paced writers inside Postgres)")
 		fmt.Fprintln(w, "target rate\twriters\tachieved\tevents\tp50\tp99\tmax\tp99 incl. COMMIT's flush\tstored after last commit\tkeeps up\t")
@@ -142,6 +155,9 @@ func (r *report) print(out io.Writer, checked, coldChecked int) {
 			fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\t\n", p.mode, p.events, p.took.Seconds(), thousands(rate), faster)
 		}
 		w.Flush()
+	}
+	if len(r.rows) == 0 && len(r.latencies) == 0 && len(r.polls) == 0 {
+		return
 	}
 	every := "Every"
 	if len(r.colds) > 0 {

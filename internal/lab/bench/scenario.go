@@ -23,9 +23,11 @@ type scenario struct {
 	name              string
 	slot, publication string
 	table             contract.Table
-	stream            string
-	subject           sink.Template
-	deadLetter        string
+	// more are further tables of a relay of several (T1); empty for one.
+	more       []contract.Table
+	stream     string
+	subject    sink.Template
+	deadLetter string
 }
 
 func newScenario(name string) (scenario, error) {
@@ -46,9 +48,13 @@ func newScenario(name string) (scenario, error) {
 
 // relayArgs are the flags that run the relay on this scenario.
 func (s scenario) relayArgs(pgURL, natsURL string, window int) []string {
-	return []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", s.slot, "--publication", s.publication,
+	args := []string{"run", "--pg-url", pgURL, "--nats-url", natsURL, "--slot", s.slot, "--publication", s.publication,
 		"--table", s.table.String(), "--stream", s.stream, "--subject", s.subject.String(), "--dead-letter-subject", s.deadLetter,
 		"--window", strconv.Itoa(window), "--metrics-addr", "", "--log-format", "json"}
+	for _, t := range s.more {
+		args = append(args, "--table", t.String())
+	}
+	return args
 }
 
 // prepare creates the scenario's table (through the migrations, like a

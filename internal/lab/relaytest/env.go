@@ -92,6 +92,9 @@ type Env struct {
 	NC       *nats.Conn
 	JS       jetstream.JetStream
 	Table    contract.Table
+	// MoreTables are further outbox tables of the relay (see UseTables):
+	// RelayArgs and ToolArgs name them after Table.
+	MoreTables []contract.Table
 	// RelayPG and RelayNATS, when set, are where the relay connects
 	// instead of the test's own servers (a fault proxy, another server).
 	RelayPG   string
@@ -277,6 +280,9 @@ func (e *Env) toolArgs(pg, nurl string) []string {
 		"--slot", e.Slot, "--publication", e.Pub, "--table", e.Table.String(),
 		"--stream", e.Stream, "--subject", e.Subject, "--dead-letter-subject", e.DeadSubj,
 		"--log-format", "json",
+	}
+	for _, t := range e.MoreTables {
+		args = append(args, "--table", t.String())
 	}
 	if e.SubjectDots != "" {
 		args = append(args, "--subject-dots", e.SubjectDots)
