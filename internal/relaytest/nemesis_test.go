@@ -25,19 +25,40 @@ func TestScheduleReplays(t *testing.T) {
 	if other := NewSchedule(43, time.Minute, AllFaults); other.String() == a.String() {
 		t.Errorf("seeds 42 and 43 gave the same schedule")
 	}
-	kinds := map[Fault]bool{}
+	kinds := map[Fault]int{}
+	within, past := 0, 0
 	for _, st := range long.Steps {
-		kinds[st.Fault] = true
-		h := holds[st.Fault]
-		if st.Hold < h.min || st.Hold > h.max || st.Gap < gaps.min || st.Gap > gaps.max {
+		kinds[st.Fault]++
+		if !slices.ContainsFunc(holds[st.Fault], func(h span) bool { return st.Hold >= h.min && st.Hold <= h.max }) ||
+			st.Gap < gaps.min || st.Gap > gaps.max {
 			t.Errorf("step %s: gap or hold outside its range", st)
 		}
 		if st.Fault == FaultBigTx && (st.Rows < bigTxMinRows || st.Rows > bigTxMaxRows) {
 			t.Errorf("step %s: size outside its range", st)
 		}
+		if st.Fault == FaultRelayKill || st.Fault == FaultRelayTerm {
+			if st.Hold < DuplicateWindow {
+				within++
+			} else if st.Hold >= DuplicateWindow+500*time.Millisecond {
+				past++
+			}
+		}
 	}
 	if len(kinds) != len(AllFaults) {
 		t.Errorf("10 minutes of faults drew only %d of %d kinds", len(kinds), len(AllFaults))
+	}
+	if within == 0 || past == 0 {
+		t.Errorf("10 minutes of faults restart the relay %d times within the duplicate window and %d times past it, want both", within, past)
+	}
+	// Dealt in rounds: each kind once in every len(AllFaults) steps.
+	for r := 0; (r+1)*len(AllFaults) <= len(long.Steps); r++ {
+		round := map[Fault]bool{}
+		for _, st := range long.Steps[r*len(AllFaults) : (r+1)*len(AllFaults)] {
+			round[st.Fault] = true
+		}
+		if len(round) != len(AllFaults) {
+			t.Errorf("round %d of the schedule has %d of %d kinds", r+1, len(round), len(AllFaults))
+		}
 	}
 }
 
