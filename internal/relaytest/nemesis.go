@@ -79,7 +79,7 @@ type span struct{ min, max time.Duration }
 const DuplicateWindow = time.Second
 
 // holds are how long each kind of fault lasts, drawn from one of its spans
-// (picked evenly). A relay is restarted within the duplicate window half
+// (taken in turn). A relay is restarted within the duplicate window half
 // the time (a resend would be dropped by JetStream, and counted in the
 // relay's duplicate PubAcks, which must stay 0) and past it otherwise (a
 // resend would be stored twice, and the check fails on it). Blackholes
@@ -171,6 +171,7 @@ func NewSchedule(seed uint64, duration time.Duration, faults []Fault) Schedule {
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e656d65736973)) // "nemesis"
 	var deck []Fault
+	drawn := map[Fault]int{}
 	for s.Planned < duration {
 		if len(deck) == 0 {
 			for _, i := range rng.Perm(len(faults)) {
@@ -180,7 +181,8 @@ func NewSchedule(seed uint64, duration time.Duration, faults []Fault) Schedule {
 		st := Step{N: len(s.Steps) + 1, Fault: deck[0], Gap: draw(rng, gaps)}
 		deck = deck[1:]
 		spans := holds[st.Fault]
-		st.Hold = draw(rng, spans[rng.IntN(len(spans))])
+		st.Hold = draw(rng, spans[drawn[st.Fault]%len(spans)])
+		drawn[st.Fault]++
 		switch st.Fault {
 		case FaultSecondInstance:
 			st.EndOlder, st.EndKill = rng.IntN(2) == 0, rng.IntN(2) == 0
