@@ -18,10 +18,28 @@ type faultHit struct {
 	lag      time.Duration // from the scrape to the fault; -1 until it fires
 	waited   time.Duration // from the start of the wait to the scrape
 	backlog  bool
-	// outages is how many times the running relays logged that JetStream
-	// accepts events again during the step: their publishes failed and
-	// were reconciled with the stream (NATS faults).
-	outages int
+	// What the relays logged during the step (from the fault to the
+	// recovery): JetStream accepting events again after publishes failed
+	// (outages), events found in the stream whose PubAck was lost and so
+	// not republished (lostAcks), a new session skipping the events the
+	// stream held beyond the slot's position (skips). They say the fault
+	// met publishes that mattered.
+	outages, lostAcks, skips int
+}
+
+// logMarks are the relay log lines a step counts (faultHit).
+type logMarks struct{ outages, lostAcks, skips int }
+
+// marks counts the lines of logMarks in every relay's log so far.
+func (n *Nemesis) marks() logMarks {
+	var m logMarks
+	for _, r := range n.all {
+		logs := r.r.Logs()
+		m.outages += strings.Count(logs, LogOutageOver)
+		m.lostAcks += strings.Count(logs, LogLostAcks)
+		m.skips += strings.Count(logs, LogSkipStored)
+	}
+	return m
 }
 
 // inFlightPatience is how long the nemesis waits for the load alone to
@@ -29,17 +47,17 @@ type faultHit struct {
 // does (InFlight).
 const inFlightPatience = 5 * time.Second
 
-// awaitInFlight waits until the running relays report publishes in flight
+// awaitInFlight waits until relays rs report publishes in flight
 // (outbox_relay_publish_in_flight above 0), so that the fault meets a busy
 // pipeline and not an idle one, and returns what it saw.
-func (n *Nemesis) awaitInFlight() faultHit {
+func (n *Nemesis) awaitInFlight(rs []*nemesisRelay) faultHit {
 	n.t.Helper()
 	st := n.step
 	hit := faultHit{step: st.N, fault: st.Fault, lag: -1}
 	start := time.Now()
 	deadline := start.Add(inFlightPatience)
 	for {
-		if c := n.inFlight(); c > 0 {
+		if c := inFlight(rs); c > 0 {
 			hit.inFlight, hit.at, hit.waited = c, time.Now(), time.Since(start)
 			return hit
 		}
@@ -56,10 +74,10 @@ func (n *Nemesis) awaitInFlight() faultHit {
 	}
 }
 
-// inFlight sums the running relays' publishes in flight.
-func (n *Nemesis) inFlight() int {
+// inFlight sums the publishes in flight of relays rs.
+func inFlight(rs []*nemesisRelay) int {
 	total := 0
-	for _, r := range n.relays {
+	for _, r := range rs {
 		if v, err := r.r.Metric(InFlightMetric); err == nil {
 			total += int(v)
 		}
@@ -73,16 +91,6 @@ func (n *Nemesis) fire() {
 	if n.hit != nil && n.hit.lag < 0 {
 		n.hit.lag = time.Since(n.hit.at)
 	}
-}
-
-// outagesLogged counts the running relays' log lines saying that JetStream
-// accepts events again (after a publish failure).
-func (n *Nemesis) outagesLogged() int {
-	total := 0
-	for _, r := range n.all {
-		total += r.r.CountLog(LogOutageOver)
-	}
-	return total
 }
 
 // checkDupAcks reads the running relays' duplicate acks; any new one is a
@@ -122,7 +130,7 @@ func hitSummary(hits []faultHit) string {
 		return "no faults"
 	}
 	var counts, lags []int
-	busy, backlogs, natsFaults, reconciled := 0, 0, 0, 0
+	busy, backlogs, natsFaults, reconciled, lostAcks, restarts, skipped := 0, 0, 0, 0, 0, 0, 0
 	var maxLag time.Duration
 	for _, h := range hits {
 		if h.inFlight > 0 {
@@ -140,11 +148,22 @@ func hitSummary(hits []faultHit) string {
 				reconciled++
 			}
 		}
+		if h.lostAcks > 0 {
+			lostAcks++
+		}
+		if h.fault == FaultRelayKill || h.fault == FaultRelayTerm || h.fault == FaultSecondInstance {
+			restarts++
+			if h.skips > 0 {
+				skipped++
+			}
+		}
 	}
 	slices.Sort(counts)
 	slices.Sort(lags)
 	return fmt.Sprintf("%d of %d faults struck with publishes in flight at the last scrape before them (in flight: min %d, median %d, max %d; "+
-		"scrape to fault: median %s, max %s); %d needed a backlog; after %d of %d NATS faults the relay reconciled failed publishes with the stream",
+		"scrape to fault: median %s, max %s); %d needed a backlog; after %d of %d NATS faults the relay reconciled failed publishes with the stream; "+
+		"after %d faults it found events stored whose PubAck was lost; after %d of %d relay restarts and second instances the new session skipped events the stream held",
 		busy, len(hits), counts[0], counts[len(counts)/2], counts[len(counts)-1],
-		time.Duration(lags[len(lags)/2])*time.Microsecond, maxLag.Round(time.Microsecond), backlogs, reconciled, natsFaults)
+		time.Duration(lags[len(lags)/2])*time.Microsecond, maxLag.Round(time.Microsecond), backlogs, reconciled, natsFaults,
+		lostAcks, skipped, restarts)
 }

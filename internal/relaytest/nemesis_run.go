@@ -247,8 +247,8 @@ func (n *Nemesis) runStep(st Step) {
 	n.step = &st
 	time.Sleep(st.Gap)
 	n.logf("step %s", st)
-	outages := n.outagesLogged()
-	hit := n.awaitInFlight()
+	before := n.marks()
+	hit := n.awaitInFlight(n.relays)
 	n.hit = &hit
 	n.inject(st)
 	n.counts[st.Fault]++
@@ -256,7 +256,8 @@ func (n *Nemesis) runStep(st Step) {
 	if err != nil {
 		n.fatalf("no recovery: %v", err)
 	}
-	n.hit.outages = n.outagesLogged() - outages
+	after := n.marks()
+	n.hit.outages, n.hit.lostAcks, n.hit.skips = after.outages-before.outages, after.lostAcks-before.lostAcks, after.skips-before.skips
 	n.hits = append(n.hits, *n.hit)
 	n.hit = nil
 	n.recovery[st.Fault] = max(n.recovery[st.Fault], took)
@@ -428,6 +429,13 @@ func (n *Nemesis) stopRelay(r *nemesisRelay, kill bool) {
 	if err := n.readDupAcks(r); err != nil { // what it counted until now; a SIGTERM drain adds little
 		n.unreadAcks++
 		n.logf("relay %d: cannot read %s before it ends: %v", r.n, DuplicateAcksMetric, err)
+	}
+	if n.hit != nil && n.hit.lag < 0 {
+		// r's end is the step's fault, and the read took a scrape's
+		// time: look for r's publishes in flight again, so that the fault
+		// follows the last look at once.
+		hit := n.awaitInFlight([]*nemesisRelay{r})
+		n.hit = &hit
 	}
 	if kill {
 		n.fire()
