@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -117,6 +118,19 @@ func (n *Nemesis) leaderRecovered() {
 		leader = info.Cluster.Leader
 	}
 	n.logf("stream leader now %s; stream seq %d once recovered", leader, lc.Recovered)
+}
+
+// leaderElections counts the elections of the stream's leader the nodes
+// logged. Those that no kill explains (a node starved of CPU missing its
+// heartbeats) change the leader as a kill does, but no LeaderChange
+// bounds them: the summary shows them beside an order failure.
+func (n *Nemesis) leaderElections() int {
+	line := fmt.Sprintf("new stream leader for '$G > %s'", n.env.Stream)
+	total := 0
+	for i := 0; i < n.nats.Len(); i++ {
+		total += strings.Count(n.nats.Output(i), line)
+	}
+	return total
 }
 
 // natsProxiesDo applies a proxy fault to every node's proxy.

@@ -108,8 +108,10 @@ type NemesisResult struct {
 	LoadTime       time.Duration
 	// Hits are the faults' publishes in flight, step by step.
 	Hits []faultHit
-	// LeaderChanges are the stream leaders killed.
+	// LeaderChanges are the stream leaders killed; LeaderElections the
+	// elections of a stream leader the nats-server logs show.
 	LeaderChanges   []LeaderChange
+	LeaderElections int
 	RelayRestarts   int // relay-kill and relay-term steps
 	PastWindow      int // of them, held at least the duplicate window
 	Check           Result
@@ -206,6 +208,7 @@ func (n *Nemesis) Run() NemesisResult {
 		Seed: n.cfg.Schedule.Seed, Steps: len(n.cfg.Schedule.Steps), Counts: n.counts, Recovery: n.recovery,
 		Relays: len(n.all), DuplicateAcks: n.dupAcks, Unknown: w.nemesisUnknown(), Faulting: faulting,
 		Rate: w.Rate, Achieved: achieved, LoadTime: over, Hits: n.hits, LeaderChanges: n.leaderChanges,
+		LeaderElections: n.leaderElections(),
 	}
 	for _, st := range n.cfg.Schedule.Steps {
 		if st.Fault == FaultRelayKill || st.Fault == FaultRelayTerm {
