@@ -83,6 +83,29 @@ func EnsureStream(ctx context.Context, nc *nats.Conn, spec sink.StreamSpec, log 
 	}
 }
 
+// untilAnswered runs read until JetStream answers it: while it fails for
+// want of an answer (sink.Unanswered: a node that restarted and is catching
+// up answers "JetStream system temporarily unavailable", a stream electing
+// its leader answers nothing), it waits and asks again, as EnsureStream
+// does, rather than failing the start.
+func untilAnswered[T any](ctx context.Context, log zerolog.Logger, stream string, read func(context.Context) (T, error)) (T, error) {
+	bo := retry.NewBackoff(200*time.Millisecond, 5*time.Second)
+	logs := retry.NewLogLimiter()
+	for {
+		v, err := read(ctx)
+		if err == nil || !sink.Unanswered(err) || ctx.Err() != nil {
+			return v, err
+		}
+		if logs.Allow() {
+			log.Warn().Err(err).Str("stream", stream).Msg("JetStream not answering yet; retrying")
+		}
+		if err := sleep(ctx, bo.Next()); err != nil {
+			var zero T
+			return zero, err
+		}
+	}
+}
+
 // WaitConnected waits until nc is connected or ctx ends, logging the wait.
 func WaitConnected(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
 	if nc.IsConnected() {

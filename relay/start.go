@@ -182,7 +182,9 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 	if err != nil {
 		return slot, rec, 0, err
 	}
-	last, err := sink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
+	last, err := untilAnswered(ctx, s.log, cfg.Stream, func(ctx context.Context) (*sink.StoredEvent, error) {
+		return sink.LastEvent(ctx, s.stream, cfg.Subject.Filter(), cfg.DeadLetterSubject)
+	})
 	if err != nil {
 		return slot, rec, 0, err
 	}
