@@ -181,7 +181,10 @@ func NewSchedule(seed uint64, duration time.Duration, faults []Fault) Schedule {
 		st := Step{N: len(s.Steps) + 1, Fault: deck[0], Gap: draw(rng, gaps)}
 		deck = deck[1:]
 		spans := holds[st.Fault]
-		st.Hold = draw(rng, spans[drawn[st.Fault]%len(spans)])
+		// Each kind starts at another span (relay-kill within the
+		// duplicate window, relay-term past it), so that a short run
+		// meets both.
+		st.Hold = draw(rng, spans[(drawn[st.Fault]+slices.Index(faults, st.Fault))%len(spans)])
 		drawn[st.Fault]++
 		switch st.Fault {
 		case FaultSecondInstance:

@@ -18,6 +18,11 @@ func TestScheduleReplays(t *testing.T) {
 	if a.Planned < time.Minute || len(a.Steps) < 5 {
 		t.Errorf("a minute's schedule plans %s in %d steps", a.Planned, len(a.Steps))
 	}
+	if !slices.ContainsFunc(a.Steps, func(st Step) bool {
+		return (st.Fault == FaultRelayKill || st.Fault == FaultRelayTerm) && st.Hold >= DuplicateWindow+500*time.Millisecond
+	}) {
+		t.Errorf("a minute's schedule restarts no relay past the duplicate window:\n%s", a)
+	}
 	long := NewSchedule(42, 10*time.Minute, AllFaults)
 	if !slices.Equal(long.Steps[:len(a.Steps)], a.Steps) {
 		t.Errorf("a longer schedule does not start with the shorter one")
