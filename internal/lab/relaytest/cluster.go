@@ -44,13 +44,35 @@ type natsNode struct {
 // cores make both slow.
 const clusterReadyTimeout = time.Minute
 
+// NATSClusterOptions shape a NATSCluster.
+type NATSClusterOptions struct {
+	Nodes int
+	// NoAdvertise keeps the servers from telling clients the other nodes'
+	// addresses, so that a client given only proxies' addresses stays
+	// behind them (a client otherwise adds the advertised ones and
+	// reconnects to them directly).
+	NoAdvertise bool
+	// NoRace builds nats-server without the race detector even when this
+	// binary has it: nats-server is not what the tests check, and under
+	// the detector three servers replicating thousands of messages a
+	// second take most of a two-core machine.
+	NoRace bool
+}
+
 // StartNATSCluster builds nats-server from the module's own nats-server
 // dependency (with -race when this binary has it, so that the build
 // cache serves it), starts n nodes and waits until the cluster elected a
 // JetStream meta leader. The nodes are killed when the test ends.
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
-	c := &NATSCluster{t: t, exe: buildNATSServer(t)}
+	return StartNATSClusterWith(t, NATSClusterOptions{Nodes: n})
+}
+
+// StartNATSClusterWith is StartNATSCluster with options.
+func StartNATSClusterWith(t testing.TB, opts NATSClusterOptions) *NATSCluster {
+	t.Helper()
+	n := opts.Nodes
+	c := &NATSCluster{t: t, exe: buildNATSServer(t, raceEnabled && !opts.NoRace)}
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
 	var routes []string
 	for _, p := range routePorts {
@@ -68,8 +90,9 @@ cluster {
   name: "outbox-test"
   listen: "127.0.0.1:%d"
   routes: [%s]
+  no_advertise: %t
 }
-`, node.name, node.port, store, routePorts[i], strings.Join(routes, ", "))
+`, node.name, node.port, store, routePorts[i], strings.Join(routes, ", "), opts.NoAdvertise)
 		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -92,11 +115,11 @@ cluster {
 
 // buildNATSServer builds the nats-server command of the module's
 // nats-server dependency into a temporary directory.
-func buildNATSServer(t testing.TB) string {
+func buildNATSServer(t testing.TB, race bool) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "nats-server")
 	args := []string{"build", "-o", exe}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/nats-io/nats-server/v2")
@@ -184,6 +207,36 @@ func (c *NATSCluster) Start(i int) {
 
 // Kill sends SIGKILL to node i and waits for the process to end.
 func (c *NATSCluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
+
+// Stop sends SIGTERM to node i (the server shuts down cleanly) and waits
+// up to timeout for the process to end; then it kills it and says so.
+func (c *NATSCluster) Stop(i int, timeout time.Duration) error {
+	node := c.nodes[i]
+	if node.cmd == nil {
+		return nil
+	}
+	_ = node.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-node.done:
+		node.cmd = nil
+		return nil
+	case <-time.After(timeout):
+		c.Kill(i)
+		return fmt.Errorf("nats-server %s did not exit within %s of SIGTERM; killed it", node.name, timeout)
+	}
+}
+
+// Len is the number of nodes.
+func (c *NATSCluster) Len() int { return len(c.nodes) }
+
+// Addr is node i's client address (host:port).
+func (c *NATSCluster) Addr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.nodes[i].port) }
+
+// Name is node i's server name (what stream info calls its leader).
+func (c *NATSCluster) Name(i int) string { return c.nodes[i].name }
+
+// Output is what node i wrote so far.
+func (c *NATSCluster) Output(i int) string { return c.nodes[i].out.String() }
 
 func (c *NATSCluster) signal(i int, sig syscall.Signal) {
 	node := c.nodes[i]

@@ -20,6 +20,9 @@ const (
 	LogOutageOver = "JetStream accepts events again"
 	// At a session's start: the slot replays events the stream holds.
 	LogSkipStored = "skipping exactly those"
+	// After a publish failure: the stream held events whose PubAck was
+	// lost, and the Publisher does not send them again.
+	LogLostAcks = "whose PubAck was lost"
 )
 
 // FaultWait bounds each wait for a relay to get going or to recover.
