@@ -128,6 +128,10 @@ func printStatus(w io.Writer, r inspect.Report) {
 			p("last event", "none yet")
 		}
 	}
+	if b := r.Blocked; b != nil {
+		p("no room", "%s: %s", b.Reason, b.What)
+		p("fix", "%s", b.Fix)
+	}
 	for _, o := range r.OtherSlots {
 		p("other slot", "%s", otherSlotLine(o))
 	}

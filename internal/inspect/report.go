@@ -48,6 +48,9 @@ type Report struct {
 	// OtherSlots are the other slots recorded in the records table, with
 	// their state: an idle one keeps WAL for nobody.
 	OtherSlots []checkpoint.OtherSlot `json:"other_slots,omitempty"`
+	// Blocked says what keeps the stream from storing another event, and
+	// what frees it (a stream limit, the account's quota, a lost quorum).
+	Blocked *jssink.Blocked `json:"blocked,omitempty"`
 	// Poll replaces the slot's fields with --source poll.
 	Poll *Pending `json:"poll,omitempty"`
 	// Problems make status exit 1.
@@ -177,12 +180,23 @@ func readStream(ctx context.Context, nc *nats.Conn, n relay.Config, src sink.Sou
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			r.Problems = append(r.Problems, fmt.Sprintf("stream %q does not exist: the relay creates it at start", n.Stream))
 		}
+		r.noRoom(jssink.StreamUnreadable(n.Stream, err))
 		return
 	}
+	r.noRoom(jssink.CheckRoom(sctx, js, stream.CachedInfo()))
 	state := stream.CachedInfo().State
 	r.StreamMessages, r.StreamLastSeq = state.Msgs, state.LastSeq
 	ofTable := func(ev sink.StoredEvent) bool { return sink.OfTable(ev, src) }
 	if r.LastEvent, err = jssink.LastEventOf(sctx, stream, ofTable, n.Subject.Filter(), n.DeadLetterSubject); err != nil {
 		r.StreamError = err.Error()
 	}
+}
+
+// noRoom records b, when set, as the report's problem.
+func (r *Report) noRoom(b *jssink.Blocked) {
+	if b == nil {
+		return
+	}
+	r.Blocked = b
+	r.Problems = append(r.Problems, fmt.Sprintf("stream %q has no room for the relay's next event (%s): %s", b.Stream, b.Reason, b.What))
 }

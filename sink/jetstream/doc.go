@@ -37,6 +37,14 @@
 //     Publisher.deadLetterID), the row's id in Outbox-Event-Id. It settles
 //     like any other message, so the events after it flow on; with
 //     Config.RecordDeadLetter set it settles only once recorded.
+//   - No room is never a dead letter. A refusal for want of room (a stream
+//     limit with discard new, the account's JetStream quota, a server's
+//     storage) or a clustered stream without a quorum holds the event and
+//     everything after it until there is room; recovery reads the stream
+//     to name the limit and the nats command that frees it (Blocked, in the
+//     log and Metrics.Blocked). Without a quorum nothing is sent again: a
+//     leader that lost it may commit every copy it was sent once its
+//     servers return.
 //
 // Traps:
 //

@@ -40,6 +40,9 @@ type Metrics struct {
 	// CommitToStored is the time from a transaction's commit to its
 	// event's PubAck.
 	CommitToStored prometheus.Histogram
+	// Blocked is outbox_relay_stream_blocked{stream,reason}: 1 while the
+	// stream has no room for the next event for that reason (RoomReasons).
+	Blocked *prometheus.GaugeVec
 
 	// oldest is when the oldest unsettled event committed (or was
 	// offered, when its commit time is unknown), in Unix nanoseconds; 0
@@ -109,6 +112,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from the transaction's commit (Postgres clock) to the PubAck of its event (relay clock).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
 		}),
+		Blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_stream_blocked",
+			Help: "1 while the stream cannot store the next event for want of room, by reason (max_msgs, max_bytes, max_msgs_per_subject, account_storage, account_memory, server_storage, quorum, store); the relay holds the events and retries.",
+		}, []string{"stream", "reason"}),
 		types: map[string]bool{},
 	}
 	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -121,8 +128,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Failures.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Published, m.Duplicates, m.DeadLettered, m.Failures, m.InFlight, m.AckLatency,
-		m.EventsPublished, m.EventsFailed, m.Pending, m.BatchDuration, m.CommitToStored, oldest)
+		m.EventsPublished, m.EventsFailed, m.Pending, m.BatchDuration, m.CommitToStored, m.Blocked, oldest)
 	return m
+}
+
+// roomFor creates the stream's outbox_relay_stream_blocked series at 0,
+// one per reason, so that alerts and dashboards see them before the first
+// block.
+func (m *Metrics) roomFor(stream string) {
+	for _, r := range RoomReasons() {
+		m.Blocked.WithLabelValues(stream, r)
+	}
+}
+
+// setBlocked marks the stream blocked for reason, and for no other; an
+// empty reason clears them all.
+func (m *Metrics) setBlocked(stream, reason string) {
+	for _, r := range RoomReasons() {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		m.Blocked.WithLabelValues(stream, r).Set(v)
+	}
 }
 
 // failed counts one failure of an event of type eventType.

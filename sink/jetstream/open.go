@@ -44,6 +44,11 @@ func Open(ctx context.Context, nc *nats.Conn, spec StreamSpec, log zerolog.Logge
 		if err == nil {
 			stream, err = js.Stream(sctx, spec.Name)
 		}
+		if err == nil {
+			err = readable(sctx, js, stream)
+		} else if b := unavailable(spec.Name, err); b != nil {
+			err = b
+		}
 		cancel()
 		if err == nil {
 			return &Stream{nc: nc, js: js, stream: stream, spec: spec}, nil

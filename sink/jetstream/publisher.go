@@ -160,6 +160,7 @@ type Publisher struct {
 	// nothing about it: deadStream is that stream, deadSeq the same mark
 	// in it.
 	streamName    string
+	replicas      int // Config.Stream's, as of NewPublisher
 	lastStreamSeq uint64
 	deadStream    string
 	deadSeq       uint64
@@ -171,6 +172,11 @@ type Publisher struct {
 
 	recordLogs *retry.LogLimiter
 	stored     bool // a message was stored (FirstStored was called)
+	// blocked is what keeps the stream from storing the next event, as
+	// recovery last found it (Run's goroutine only); nil when nothing
+	// known does.
+	blocked      *Blocked
+	blockedSince time.Time
 
 	acked atomic.Uint64 // every sequence number <= acked is settled
 	room  chan struct{} // a slot was freed
@@ -237,7 +243,8 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 	p.conn = p.connection()
 	if cfg.Stream != nil {
 		if info := cfg.Stream.CachedInfo(); info != nil {
-			p.streamName = info.Config.Name
+			p.streamName, p.replicas = info.Config.Name, info.Config.Replicas
+			metrics.roomFor(p.streamName)
 		}
 	}
 	p.maxSize = int(nc.MaxPayload())
@@ -685,7 +692,7 @@ func failureReason(err error) string {
 		return "disconnected"
 	case errors.Is(err, ErrNoResponders):
 		return "no_responders"
-	case errors.As(err, &se) && se.ErrCode == errCodeStoreFailed:
+	case noRoom(err):
 		return "stream_full"
 	case errors.As(err, &se) && Permanent(err):
 		return "rejected"

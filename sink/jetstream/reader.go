@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -26,9 +27,22 @@ var _ sink.Reader = (*Reader)(nil)
 func (r *Reader) Owner() sink.Source { return r.stamp.Source() }
 
 // Last returns the newest event the relay published, on the events'
-// subjects or the dead-letter subject (see LastEvent).
-func (r *Reader) Last(ctx context.Context) (*sink.StoredEvent, error) {
-	return LastEvent(ctx, r.stream, r.Owner(), r.events, r.dead)
+// subjects or the dead-letter subject (see LastEvent). While JetStream
+// cannot answer for now (a cluster electing its leaders after its servers
+// returned), it asks again, for up to two minutes: the relay's take-up
+// reads it once, and would otherwise end.
+func (r *Reader) Last(ctx context.Context) (last *sink.StoredEvent, err error) {
+	bo := retry.NewBackoff(200*time.Millisecond, 5*time.Second)
+	deadline := time.Now().Add(reconcileBudget)
+	for {
+		last, err = LastEvent(ctx, r.stream, r.Owner(), r.events, r.dead)
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return last, err
+		}
+		if serr := sleep(ctx, bo.Next()); serr != nil {
+			return nil, err
+		}
+	}
 }
 
 // Tail calls fn for the events of the relay's table stored with a

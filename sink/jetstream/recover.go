@@ -104,6 +104,7 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			// JetStream does not answer reads yet (a stream leader being
 			// elected after a crash): republishing now would store again,
 			// past the dedup window, what the stream already holds.
+			p.checkRoom(ctx)
 			if logs.Allow() {
 				p.log.Warn().Err(err).Int("attempt", attempt).Msg("cannot read the stream yet to find events it already holds; waiting before republishing")
 			}
@@ -114,7 +115,21 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 		case err != nil:
 			p.log.Warn().Err(err).Msg("cannot read the stream to find events it already holds; republishing relies on its dedup window")
 		}
+		if !p.quorate(ctx) {
+			// Sent again now, the event would be one more proposal in a
+			// leader's log that may commit them all once its servers
+			// return: stored twice, past the dedup window.
+			if logs.Allow() {
+				p.log.Warn().Int("attempt", attempt).Dur("outage", time.Since(started).Round(time.Millisecond)).
+					Msg("the stream has no quorum: not sending the event again until it has")
+			}
+			if !p.sleep(ctx, backoff.Next()) {
+				return
+			}
+			continue
+		}
 		if p.probe(ctx, status, tick) {
+			p.roomAgain()
 			p.reconcileAfterProbe(ctx)
 			p.resume(attempt, time.Since(started))
 			return
@@ -129,9 +144,14 @@ func (p *Publisher) recover(ctx context.Context, status <-chan nats.Status, tick
 			p.log.Info().Msg("the first event's subject changed since the stream was read: reading it again before republishing")
 			continue
 		}
+		p.checkRoom(ctx)
 		if logs.Allow() {
-			p.log.Warn().Err(problem).Int("attempt", attempt).Dur("outage", time.Since(started).Round(time.Millisecond)).
-				Str("hint", Hint(problem)).Msg("JetStream still not accepting the next event; retrying")
+			hint := Hint(last)
+			if p.blocked != nil {
+				hint = p.blocked.Fix
+			}
+			p.log.Warn().Err(problem).AnErr("latest", last).Int("attempt", attempt).Dur("outage", time.Since(started).Round(time.Millisecond)).
+				Str("hint", hint).Msg("JetStream still not accepting the next event; retrying")
 		}
 		if !p.sleep(ctx, backoff.Next()) {
 			return
@@ -299,7 +319,7 @@ func (p *Publisher) resume(attempts int, outage time.Duration) {
 	p.mu.Lock()
 	p.healthy = true
 	problem := p.problem
-	p.problem = nil
+	p.problem, p.lastFailure = nil, nil
 	p.sendNext = p.head
 	pending := p.next - p.head
 	p.mu.Unlock()

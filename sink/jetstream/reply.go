@@ -69,6 +69,10 @@ func Hint(err error) string {
 		return "the event can never be published as it is: it goes to the dead-letter subject"
 	case errors.As(err, &se) && se.ErrCode == errCodeStoreFailed:
 		return "the stream is full or cannot store (limits with discard=new, or disk): raise max_msgs/max_bytes or free space; the relay retries until it has room"
+	case errors.As(err, &se) && se.ErrCode == errCodeInsufficientResources:
+		return "a NATS server has no JetStream storage left (insufficient resources): raise its max_file_store or free disk; the relay retries until it has room"
+	case noRoom(err):
+		return "the account's JetStream quota is used up: raise it or free room in its other streams; the relay retries until it has room"
 	case errors.Is(err, ErrNoResponders):
 		return "check that JetStream is enabled and the stream exists; the relay retries"
 	case errors.Is(err, ErrAckTimeout), disconnected(err):

@@ -31,12 +31,14 @@ type NATSCluster struct {
 // natsNode is one server of the cluster: its configuration file, client
 // port, output, and the running process, if any.
 type natsNode struct {
-	name string
-	conf string
-	port int
-	out  *SyncBuffer
-	cmd  *exec.Cmd
-	done chan struct{}
+	name    string
+	conf    string
+	store   string
+	cluster string // the cluster block, "" for a single server
+	port    int
+	out     *SyncBuffer
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // clusterReadyTimeout bounds the wait for a cluster to serve JetStream
@@ -57,6 +59,8 @@ type NATSClusterOptions struct {
 	// the detector three servers replicating thousands of messages a
 	// second take most of a two-core machine.
 	NoRace bool
+	// Conf is added to every node's configuration.
+	Conf NATSConf
 }
 
 // StartNATSCluster builds nats-server from the module's own nats-server
@@ -68,10 +72,18 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	return StartNATSClusterWith(t, NATSClusterOptions{Nodes: n})
 }
 
-// StartNATSClusterWith is StartNATSCluster with options.
+// NATSConf is what a test adds to each server's configuration: lines in
+// its jetstream block (max_file_store) and top-level lines (accounts).
+type NATSConf struct {
+	JetStream string
+	TopLevel  string
+}
+
+// StartNATSClusterWith is StartNATSCluster with options; with one node
+// the server is a single server, no cluster.
 func StartNATSClusterWith(t testing.TB, opts NATSClusterOptions) *NATSCluster {
 	t.Helper()
-	n := opts.Nodes
+	n, conf := opts.Nodes, opts.Conf
 	c := &NATSCluster{t: t, exe: buildNATSServer(t, raceEnabled && !opts.NoRace)}
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
 	var routes []string
@@ -82,20 +94,17 @@ func StartNATSClusterWith(t testing.TB, opts NATSClusterOptions) *NATSCluster {
 	for i := 0; i < n; i++ {
 		node := &natsNode{name: fmt.Sprintf("n%d", i+1), port: clientPorts[i], out: &SyncBuffer{}}
 		node.conf = filepath.Join(dir, node.name+".conf")
-		store := filepath.Join(dir, node.name+"-store")
-		conf := fmt.Sprintf(`server_name: %q
-listen: "127.0.0.1:%d"
-jetstream { store_dir: %q }
-cluster {
+		node.store = filepath.Join(dir, node.name+"-store")
+		if n > 1 {
+			node.cluster = fmt.Sprintf(`cluster {
   name: "outbox-test"
   listen: "127.0.0.1:%d"
   routes: [%s]
   no_advertise: %t
 }
-`, node.name, node.port, store, routePorts[i], strings.Join(routes, ", "), opts.NoAdvertise)
-		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
+`, routePorts[i], strings.Join(routes, ", "), opts.NoAdvertise)
 		}
+		node.write(t, conf)
 		c.nodes = append(c.nodes, node)
 	}
 	t.Cleanup(func() {
@@ -111,6 +120,45 @@ cluster {
 	}
 	c.waitJetStream()
 	return c
+}
+
+// write writes the node's configuration file with conf added.
+func (node *natsNode) write(t testing.TB, conf NATSConf) {
+	t.Helper()
+	text := fmt.Sprintf(`server_name: %q
+listen: "127.0.0.1:%d"
+jetstream {
+  store_dir: %q
+%s
+}
+%s%s
+`, node.name, node.port, node.store, conf.JetStream, node.cluster, conf.TopLevel)
+	if err := os.WriteFile(node.conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Reconfigure rewrites node i's configuration with conf added (instead of
+// what was added before) and has the running server reload it (SIGHUP),
+// as an operator raises a limit; it waits until the server says it
+// reloaded.
+func (c *NATSCluster) Reconfigure(i int, conf NATSConf) {
+	c.t.Helper()
+	node := c.nodes[i]
+	node.write(c.t, conf)
+	if node.cmd == nil {
+		return // read at the next Start
+	}
+	const reloaded = "Reloaded server configuration"
+	before := strings.Count(node.out.String(), reloaded)
+	_ = node.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for strings.Count(node.out.String(), reloaded) == before {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nats-server %s did not reload its configuration within %s:\n%s", node.name, clusterReadyTimeout, tail(node.out.String(), 30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // buildNATSServer builds the nats-server command of the module's
