@@ -104,7 +104,11 @@ func TestFaultNATSKilled(t *testing.T) {
 
 // TestFaultNetwork: the connection between relay and NATS, then between
 // relay and Postgres, is cut (reset) and blackholed (no reset, nothing
-// passes) through a proxy, under load, with publishes in flight.
+// passes, not even the walsender giving up) through a proxy, under load,
+// with publishes in flight. On the Postgres side the relay must give up
+// on the silent replication connection by itself before the partition
+// heals (the heal resets the connections, which would hide a relay that
+// never notices).
 func TestFaultNetwork(t *testing.T) {
 	for _, side := range []string{"nats", "postgres"} {
 		t.Run(side, func(t *testing.T) {
@@ -112,13 +116,15 @@ func TestFaultNetwork(t *testing.T) {
 			env := suite.NewEnv(t)
 			proxy := relaytest.ProxySide(t, env, side)
 			recovered := relaytest.LogOutageOver // NATS side: the Publisher's recovery
+			var noticed *relaytest.Noticed
 			if side == "postgres" {
 				recovered = relaytest.LogStreaming // a new session
+				noticed = relaytest.ReplicationSilenceNoticed
 			}
 			relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
 			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 			w, stop := relaytest.Load(t, env)
-			relaytest.CutThenPartition(t, env, relay, w, proxy, recovered)
+			relaytest.CutThenPartitionNoticed(t, env, relay, w, proxy, recovered, noticed)
 			stop()
 			relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 150})
 		})
