@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -24,7 +23,9 @@ import (
 // other.
 
 // TestFaultNATSStopped: NATS stops for 60 s under load, with publishes in
-// flight. The slot never confirms past an unacknowledged event; the relay
+// flight. The slot never confirms past the first event left
+// unacknowledged when NATS stopped (the first, in commit order, that the
+// stream stores only once NATS is back); the relay
 // keeps answering Postgres (wal_sender_timeout is 5 s here), so its
 // walsender survives; when NATS is back the relay reconciles with the
 // stream, republishes in order, and the slot catches up.
@@ -41,8 +42,9 @@ func TestFaultNATSStopped(t *testing.T) {
 	w.WaitTx(t, 30, relaytest.FaultWait)
 
 	relaytest.InFlight(t, env, relay, 2000)
+	// Every event committed before NATS stops commits below this position.
+	due := env.WALPosition()
 	env.NATS.Stop()
-	first := env.Tx(relaytest.NewRow("order", "2", "during.outage", `{}`))[0]
 	var highest pglogrepl.LSN
 	for end := time.Now().Add(relaytest.WaitLong(10*time.Second, 60*time.Second)); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		highest = max(highest, env.SlotInfo().ConfirmedFlush)
@@ -53,6 +55,7 @@ func TestFaultNATSStopped(t *testing.T) {
 	if strings.Contains(env.ClusterLog()[logFrom:], fmt.Sprintf("[%d] LOG:  terminating walsender process due to replication timeout", pid)) {
 		t.Error("Postgres timed out the relay's walsender while NATS was down")
 	}
+	restarted := time.Now()
 	if err := env.NATS.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,15 +66,20 @@ func TestFaultNATSStopped(t *testing.T) {
 		t.Errorf("%d retry log lines in one outage: the log floods", n)
 	}
 	relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 200})
-	// The first event written during the outage committed at this LSN:
-	// confirming beyond it while it was unacknowledged would have told
-	// Postgres it could be skipped.
-	commit, err := pglogrepl.ParseLSN(relaytest.StoredByID(t, env)[first].Header.Get(contract.HeaderCommitLSN))
-	if err != nil {
-		t.Fatal(err)
+	// The first event, in commit order, that the stream stored only once
+	// NATS was back was not acknowledged when it stopped: the relay had
+	// it in flight, or queued behind those in flight. Confirming past its
+	// commit would have told Postgres it could be skipped.
+	first, ok := relaytest.FirstStoredSince(t, env, restarted)
+	if !ok || first.Position.CommitLSN >= due {
+		t.Fatalf("no event committed before NATS stopped (WAL at %s) was stored after it came back (first: %v %s): the outage left nothing unacknowledged",
+			due, ok, first.Position.CommitLSN)
 	}
-	if highest > commit {
-		t.Fatalf("during the outage the slot confirmed %s, past the unacknowledged transaction committed at %s", highest, commit)
+	t.Logf("first event left unacknowledged by the outage: %s, committed at %s (WAL at %s when NATS stopped); the slot confirmed at most %s during the outage",
+		first.ID, first.Position.CommitLSN, due, highest)
+	if highest > first.Position.CommitLSN {
+		t.Fatalf("during the outage the slot confirmed %s, past event %s, unacknowledged when NATS stopped, committed at %s",
+			highest, first.ID, first.Position.CommitLSN)
 	}
 }
 
