@@ -40,12 +40,14 @@ func Load(t testing.TB, env *Env) (w *Workload, stop func()) {
 }
 
 // InFlight writes a backlog of n events and waits until the relay has
-// publishes of them in flight: the moment to inject a fault.
-func InFlight(t testing.TB, env *Env, relay *Relay, n int) {
+// publishes of them in flight: the moment to inject a fault. It returns
+// the scrape of the relay's metrics that saw them.
+func InFlight(t testing.TB, env *Env, relay *Relay, n int) Metrics {
 	t.Helper()
 	env.Backlog(n)
-	got := relay.WaitInFlight(FaultWait)
-	t.Logf("fault injected with %d publishes in flight", got)
+	m := relay.WaitInFlightMetrics(FaultWait)
+	t.Logf("fault injected with %v publishes in flight", m[InFlightMetric])
+	return m
 }
 
 // Settle ends a fault case with the load stopped: the stream holds every
