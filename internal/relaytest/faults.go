@@ -112,6 +112,20 @@ func LogNumber(r *Relay, msg, field string) (float64, bool) {
 	return 0, false
 }
 
+// LogTimes returns the times of the relay's log lines that contain substr.
+func LogTimes(r *Relay, substr string) []time.Time {
+	var out []time.Time
+	for _, line := range strings.Split(r.Logs(), "\n") {
+		var entry struct {
+			Time time.Time `json:"time"`
+		}
+		if strings.Contains(line, substr) && json.Unmarshal([]byte(line), &entry) == nil && !entry.Time.IsZero() {
+			out = append(out, entry.Time)
+		}
+	}
+	return out
+}
+
 // WaitLong is short under `go test -short`, long otherwise.
 func WaitLong(short, long time.Duration) time.Duration {
 	if testing.Short() {
