@@ -85,7 +85,9 @@ func StartNATSClusterWith(t testing.TB, opts NATSClusterOptions) *NATSCluster {
 	t.Helper()
 	n, conf := opts.Nodes, opts.Conf
 	c := &NATSCluster{t: t, exe: buildNATSServer(t, raceEnabled && !opts.NoRace)}
-	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	// One call: ports freed by a first call could come back in a second.
+	ports := freePorts(t, 2*n)
+	clientPorts, routePorts := ports[:n], ports[n:]
 	var routes []string
 	for _, p := range routePorts {
 		routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", p)))

@@ -323,10 +323,10 @@ type Expect struct {
 	// MinTx fails the check when the Workload committed fewer
 	// transactions: a fault under a load that did not run proves nothing.
 	MinTx int
-	// Reordered tolerates events stored after events that committed later:
-	// the README's one documented case, a server that refuses one message
-	// and stores the next (a stream leader changing in a cluster). They
-	// are still counted in the Result.
+	// Reordered tolerates, wholesale, events stored after events that
+	// committed later: a stream with no room that refuses one message and
+	// stores the next, smaller one (e2e/room). They are still counted in
+	// the Result. A stream leader change is bounded instead: LeaderChanges.
 	Reordered bool
 	// Republished are ids published again by hand after the stream lost
 	// them (verify --republish, dlq retry): they land after later events.
