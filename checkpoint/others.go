@@ -54,6 +54,9 @@ func (s *Store) OtherSlots(ctx context.Context, slots *pgxpool.Pool) ([]OtherSlo
 	err := s.db.QueryRow(ctx, `SELECT coalesce(array_agg(slot_name ORDER BY slot_name), '{}'),
 			coalesce(array_agg(coalesce(outbox_table, '') ORDER BY slot_name), '{}')
 		FROM `+s.table+` WHERE slot_name <> $1`, s.slot).Scan(&names, &tables)
+	if denied(err) {
+		return nil, deniedError(fmt.Errorf("read the other slots recorded in %s: %w", s.table, err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read the other slots recorded in %s (run `outbox-relay migrate` if it is older than the relay): %w", s.table, err)
 	}

@@ -163,6 +163,9 @@ func (s *Store) Load(ctx context.Context) (Record, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, nil
 	}
+	if denied(err) {
+		return Record{}, deniedError(fmt.Errorf("read the relay's record of slot %q from %s: %w", s.slot, s.table, err))
+	}
 	if err != nil {
 		return Record{}, fmt.Errorf("read the relay's record of slot %q from %s (run `outbox-relay migrate` if it is missing or older than the relay): %w", s.slot, s.table, err)
 	}
@@ -300,4 +303,18 @@ func (s *Store) ClearStop(ctx context.Context, created pglogrepl.LSN) error {
 		return fmt.Errorf("record that slot %q streams again: %w", s.slot, err)
 	}
 	return nil
+}
+
+// denied reports whether err is Postgres refusing the relay's role a
+// privilege (SQLSTATE 42501): retrying cannot fix it.
+func denied(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// deniedError makes err, a privilege the relay's role lacks, end the
+// relay with the fix.
+func deniedError(err error) error {
+	return &contract.FatalError{Err: err,
+		Hint: "grant the relay's role what it needs: `outbox-relay migrate --relay-role ROLE` creates such a role, or run `outbox-relay doctor` for the GRANT statements it lacks"}
 }

@@ -26,6 +26,7 @@ type scanReader struct {
 func (r *scanReader) Last(context.Context) (*sink.StoredEvent, error)                   { return nil, nil }
 func (r *scanReader) Tail(context.Context, pglogrepl.LSN, func(sink.StoredEvent)) error { return nil }
 func (r *scanReader) Owner() sink.Source                                                { return r.owner }
+func (r *scanReader) Horizon(context.Context) (*sink.Horizon, error)                    { return nil, nil }
 func (r *scanReader) Scan(_ context.Context, since time.Time, fn func(sink.StoredEvent, bool) bool) error {
 	r.since = since
 	for i := 0; i < r.n; i++ {

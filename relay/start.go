@@ -330,10 +330,21 @@ func (s *starter) bootstrap(ctx context.Context, locked *checkpoint.Store, pipe 
 // publishLacking publishes the rows db sees (those matching where, when
 // set, created at or after since, when set) whose events the stream lacks
 // (checkpoint.TableHoldings: any message of the same system and table,
-// whichever slot published it). The stream is read only when there are
-// such rows, and only from the oldest one's created_at on.
+// whichever slot published it). Rows older than what the stream's own
+// limits (max age, size, count) left in it are not compared: their events
+// were removed, not lost, and the log says how many were left out. The
+// stream is read only when there are rows to compare, and only from the
+// oldest one's created_at on.
 func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *RowSource, where string, since time.Time, offer func(*decode.Event) error) (int, error) {
-	where, args := rowFilter(where, since)
+	opts := verify.Options{Table: s.cfg.Table, Since: since}
+	left, err := verify.NarrowToHorizon(ctx, db, s.reader, &opts)
+	if err != nil {
+		return 0, err
+	}
+	if left != nil {
+		s.logLeftOut(left)
+	}
+	where, args := rowFilter(where, opts.Since)
 	oldest, rows, err := src.Oldest(ctx, db, where, args)
 	if err != nil || rows == 0 {
 		return 0, err
@@ -353,6 +364,19 @@ func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *Ro
 	s.log.Info().Int("missing", published).Int("rows", rows).Int("held", held.Len()).Int("messages", held.Read()).
 		Msg("published the rows the stream lacked, from the slot's snapshot")
 	return published, err
+}
+
+// logLeftOut says which rows a take-up did not compare because the
+// stream's limits removed their events, and how to publish them if some
+// never reached the stream.
+func (s *starter) logLeftOut(l *verify.LeftOut) {
+	if l.Rows == 0 {
+		return
+	}
+	s.log.Warn().Int("left_out", l.Rows).Time("before", l.Before).Time("from", l.First).Str("oldest_event_id", l.OldestID).Str("limits", l.Limits).
+		Str("fix", fmt.Sprintf("if some of them never reached the stream, publish them: outbox-relay verify --since %s --until %s --republish",
+			l.First.UTC().Truncate(time.Second).Format(time.RFC3339), l.Before.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339))).
+		Msg("left out the rows created at or before the oldest event the stream holds: the stream's limits removed their events, which are not lacking")
 }
 
 // rowFilter is the SQL condition, and its arguments, of the rows created

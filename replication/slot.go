@@ -122,9 +122,12 @@ func deref[T any](p *T) T {
 // CheckSlot verifies that an existing slot is one the relay can stream from.
 func CheckSlot(info SlotInfo, slot, database string) error {
 	switch {
+	case info.Plugin == "":
+		return fatal(fmt.Errorf("replication slot %q uses output plugin \"\": it is a physical slot (a standby's)", slot),
+			"the relay needs a logical pgoutput slot of its own: use another slot name")
 	case info.Plugin != "pgoutput":
 		return fatal(fmt.Errorf("replication slot %q uses output plugin %q", slot, info.Plugin),
-			"the relay needs a pgoutput slot: use another slot name, or drop this one if nothing else uses it")
+			"the relay needs a pgoutput slot: use another slot name, or drop this one if nothing else uses it (SELECT pg_drop_replication_slot('%s'))", slot)
 	case info.Temporary:
 		return fatal(fmt.Errorf("replication slot %q is temporary", slot), "use a permanent slot")
 	case info.Database != database:

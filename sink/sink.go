@@ -84,4 +84,23 @@ type Reader interface {
 	// Owner returns the source the Reader reads back as the relay's (zero
 	// when it reads every relay's messages as its own).
 	Owner() Source
+	// Horizon returns how far back the destination still holds events
+	// when its own limits (an age, a size, a count) have removed older
+	// messages, or nil when it removed none.
+	Horizon(ctx context.Context) (*Horizon, error)
+}
+
+// Horizon is where a destination's own limits have removed its older
+// messages: events created before Before may be gone without ever having
+// been missing, and a take-up that publishes what the destination lacks
+// must not publish them again.
+type Horizon struct {
+	// Before is the row time (created_at) the destination holds events
+	// from: that of Oldest, or when it holds none of the relay's, the
+	// time its oldest message (or, empty, its last one) was stored.
+	Before time.Time
+	// Oldest is the oldest event of the relay's it still holds, if any.
+	Oldest *StoredEvent
+	// Limits names the limits, for people ("max age 24h0m0s").
+	Limits string
 }

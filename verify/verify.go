@@ -37,6 +37,11 @@ type Options struct {
 	// Outbox-Source-* headers, count as the table's. When unset, the
 	// reader's owner is used; with neither, every relay message counts.
 	Source sink.Source
+	// WithinHorizon compares only rows created at or after the oldest
+	// event the destination still holds when its own limits removed
+	// older messages (sink.Reader.Horizon): those events are not lacking.
+	// Report.LeftOut says what was left out.
+	WithinHorizon bool
 }
 
 // clockMargin is how far before Since the stream is read: more than any
@@ -63,6 +68,9 @@ type Report struct {
 	// cannot read (not the relay's, or damaged): nothing can be said about
 	// the events they carry.
 	Unparsed []Unparsed `json:"unparsed"`
+	// LeftOut, with Options.WithinHorizon, is what was not compared
+	// because the destination's limits removed it (nil: nothing).
+	LeftOut *LeftOut `json:"left_out,omitempty"`
 }
 
 // Unparsed is a stored message verify cannot read.
@@ -102,6 +110,13 @@ type Querier interface {
 
 // Run compares the table, as db sees it, with what r holds.
 func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, error) {
+	var left *LeftOut
+	if opts.WithinHorizon {
+		var err error
+		if left, err = NarrowToHorizon(ctx, db, r, &opts); err != nil {
+			return Report{}, err
+		}
+	}
 	rows, err := committedIDs(ctx, db, opts)
 	if err != nil {
 		return Report{}, err
@@ -124,7 +139,9 @@ func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, 
 	if err != nil {
 		return c.r, err
 	}
-	return c.report(), nil
+	rep := c.report()
+	rep.LeftOut = left
+	return rep, nil
 }
 
 // comparison is the pure part of Run: committed row ids in, stored

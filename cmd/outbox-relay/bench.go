@@ -28,6 +28,8 @@ type benchCmd struct {
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
 	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as one self-contained HTML page to this file (SVG, no script, nothing loaded: it opens offline)."`
+	// JSON is what the docs quote: docs/bench/report.json.
+	JSON string `name:"json" type:"path" help:"Write every figure of the run under a stable key as JSON to this file, with the commit, the machine (CPU, cores, memory), its load average during the run, the Go, Postgres and NATS versions and this command (docs/bench/report.json is the run the docs quote)."`
 }
 
 // Run runs the benchmark; the relays it measures (and its nats-server) are
@@ -42,7 +44,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report,
+		Baseline: c.Baseline, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/lab/bench"
 	"github.com/outbox-relay/outbox-relay/internal/lab/browser"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
@@ -179,9 +180,10 @@ func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	samples := filepath.Join(t.TempDir(), "latency.csv")
 	charts := filepath.Join(t.TempDir(), "report.html")
+	figures := filepath.Join(t.TempDir(), "report.json")
 	b := newBystander(t) // in the environment only: bench must not touch it
 	out, err := runCLIEnv(t, b.vars, "bench", "--events", "3000", "--big", "2000", "--rates", "300", "--duration", "2s",
-		"--baseline", "300", "--latency-file", samples, "--report", charts)
+		"--baseline", "300", "--latency-file", samples, "--report", charts, "--json", figures)
 	b.requireUntouched(t, "bench")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
@@ -204,6 +206,7 @@ func TestBenchCommand(t *testing.T) {
 	if lines := strings.Count(string(raw), "\n"); lines != 601 {
 		t.Errorf("latency file has %d lines, want a header and 600 events", lines)
 	}
+	requireBenchRecord(t, figures, out)
 	page, err := os.ReadFile(charts)
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +228,40 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if got := strings.Join(titles, ", "); got != "Drains, Throughput, Latency, commit to stored" {
 		t.Errorf("Chromium drew the charts %s", got)
+	}
+}
+
+// requireBenchRecord: bench --json wrote the run's figures, the tables it
+// printed, and what they were measured on.
+func requireBenchRecord(t *testing.T, path, out string) {
+	t.Helper()
+	rec, err := bench.ReadRecord(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(rec.Command, "outbox-relay bench --events 3000") || rec.Commit == "" || rec.Error != "" {
+		t.Errorf("--json: command %q, commit %q, error %q", rec.Command, rec.Commit, rec.Error)
+	}
+	if m := rec.Machine; m.Cores < 1 || m.MemoryBytes <= 0 || m.CPUModel == "" {
+		t.Errorf("--json: machine %+v", m)
+	}
+	if v := rec.Versions; !strings.Contains(v.Postgres, "PostgreSQL") || v.NATSServer == "" || v.Go == "" {
+		t.Errorf("--json: versions %+v", v)
+	}
+	if len(rec.Load.Samples) < 2 || rec.Load.Max < rec.Load.Min {
+		t.Errorf("--json: load %+v", rec.Load)
+	}
+	if !strings.Contains(out, rec.Tables) || !strings.Contains(rec.Tables, "R1 relay drain, 10-row transactions") {
+		t.Errorf("--json: the tables are not those printed:\n%s", rec.Tables)
+	}
+	for _, key := range []string{"r1.1row.vs_recv_x", "r1.10row.relay_us", "r3.one_txn.relay_rss_mib", "c1.1row.first_puback_ms",
+		"c1.64k.cpu_bound_x", "r2.300.p99_ms", "r4.source_poll.rate_per_s", "check.events"} {
+		if _, ok := rec.Figures[key]; !ok {
+			t.Errorf("--json: no figure %s", key)
+		}
+	}
+	if got := rec.Figures["check.events"]; got != 10900 {
+		t.Errorf("--json: check.events %v, want 10900 as printed", got)
 	}
 }
 

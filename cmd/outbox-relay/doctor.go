@@ -18,6 +18,7 @@ type doctorCmd struct {
 	primaryFlags   `embed:""`
 	natsFlags      `embed:""`
 	nameFlags      `embed:""`
+	streamFlags    `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`
 	pollFlags      `embed:""`
@@ -41,6 +42,10 @@ func (c *doctorCmd) AfterApply() error {
 // usage error or a server that cannot be reached.
 func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	n, err := c.nameFlags.parse()
+	if err != nil {
+		return withExit(exitUsage, err)
+	}
+	settings, err := c.streamFlags.settings()
 	if err != nil {
 		return withExit(exitUsage, err)
 	}
@@ -76,7 +81,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		unreachable = true
 		rep.Add(doctor.Finding{Check: "nats.connect", Severity: doctor.Error, Message: err.Error(), Fix: "check --nats-url and the credential and TLS flags (--nats-creds, --nats-nkey, --nats-ca, --nats-cert, --nats-key)"})
 	} else {
-		spec := jetstream.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
+		spec := jetstream.StreamSpec{Name: n.stream, Template: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow, StreamSettings: settings}
 		o := doctor.NATSOptions{Stream: spec, MaxOutage: c.MaxOutage, Payload: payload}
 		if c.Source == sourcePoll {
 			o.Poll = &doctor.PollTiming{Interval: c.PollInterval, AckTimeout: c.AckTimeout}

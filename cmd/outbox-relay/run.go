@@ -27,6 +27,7 @@ type runCmd struct {
 	primaryFlags `embed:""`
 	natsFlags    `embed:""`
 	nameFlags    `embed:""`
+	streamFlags  `embed:""`
 	relayFlags   `embed:""`
 	pollFlags    `embed:""`
 }
@@ -84,6 +85,9 @@ func (c *runCmd) config() (relay.Config, error) {
 		return relay.Config{}, err
 	}
 	cfg := n.relayConfig()
+	if cfg.StreamSettings, err = c.streamFlags.settings(); err != nil {
+		return relay.Config{}, err
+	}
 	cfg.PGURL = c.PGURL
 	if c.PrimaryURL != "" && c.Source == sourcePoll {
 		return relay.Config{}, errPrimaryWithPoll

@@ -223,7 +223,7 @@ func TestFailoverStandbyInstanceTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	if version < 170000 {
-		t.Skipf("needs Postgres 17 or later (the test cluster runs %d): run with OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17)", version)
+		relaytest.Skip(t, "needs Postgres 17 or later (the test cluster runs %d): run with OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17)", version)
 	}
 	active := suite.StartRelay(t, env)
 	active.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)

@@ -69,14 +69,29 @@ func repair(t *testing.T, env *relaytest.Env) *relaytest.Relay {
 // slotDroppedAfterOneEvent runs the relay until it published one event,
 // stops it, and drops its slot.
 func slotDroppedAfterOneEvent(t *testing.T) *relaytest.Env {
+	return slotDroppedAfter(t, relaytest.StopRelay)
+}
+
+// slotDroppedAfter runs the relay until it published one event, ends it
+// with stop, and drops its slot once no walsender holds it.
+func slotDroppedAfter(t *testing.T, stop func(testing.TB, *relaytest.Relay)) *relaytest.Env {
 	env := suite.NewEnv(t)
 	r := suite.StartRelay(t, env)
 	r.WaitLog("streaming from the slot", 30*time.Second)
 	env.Tx(relaytest.NewRow("order", "1", "before", `{}`))
 	env.WaitStored(1, 10*time.Second)
-	relaytest.StopRelay(t, r)
-	env.Exec(`SELECT pg_drop_replication_slot($1)`, env.Slot)
-	return env
+	stop(t, r)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := env.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, env.Slot)
+		if err == nil {
+			return env
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drop the slot: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // a killed relay's walsender may hold it a moment
+	}
 }
 
 // TestGapSlotDropped: the slot is dropped while the relay is stopped and
@@ -100,17 +115,29 @@ func TestGapSlotDropped(t *testing.T) {
 
 // TestGapSlotRecreated: someone drops the slot and creates another under
 // the same name: it starts at "now", after events the old one still held.
+// After a clean stop the stop's record names the gap; after a SIGKILL
+// only the position the relay last confirmed bounds it (beyond the slack).
 func TestGapSlotRecreated(t *testing.T) {
-	env := slotDroppedAfterOneEvent(t)
-	env.Tx(relaytest.NewRow("order", "1", "lost.without.the.check", `{}`))
-	// Other work moves the WAL on (the check needs more than
-	// checkpoint.Slack of WAL between the relay's last record and the new slot).
-	env.Exec(`CREATE TABLE churn AS SELECT md5(random()::text) AS b FROM generate_series(1, 20000)`)
-	env.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, env.Slot)
-	expectRefusal(t, env, "beyond anything this relay confirmed")
-	r := repair(t, env)
-	finish(t, env, r, relaytest.Expect{})
-	requirePublishedFromTable(t, r, 1)
+	for _, c := range []struct {
+		name, refusal string
+		stop          func(testing.TB, *relaytest.Relay)
+	}{
+		{"after a clean stop", "beyond where this relay stopped", relaytest.StopRelay},
+		{"after a SIGKILL", "beyond anything this relay confirmed", func(_ testing.TB, r *relaytest.Relay) { r.Kill() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := slotDroppedAfter(t, c.stop)
+			env.Tx(relaytest.NewRow("order", "1", "lost.without.the.check", `{}`))
+			// Other work moves the WAL on (the check needs more than
+			// checkpoint.Slack of WAL between the relay's last record and the new slot).
+			env.Exec(`CREATE TABLE churn AS SELECT md5(random()::text) AS b FROM generate_series(1, 20000)`)
+			env.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, env.Slot)
+			expectRefusal(t, env, c.refusal)
+			r := repair(t, env)
+			finish(t, env, r, relaytest.Expect{})
+			requirePublishedFromTable(t, r, 1)
+		})
+	}
 }
 
 // TestGapSlotInvalidated: with max_slot_wal_keep_size, a relay stopped long

@@ -44,7 +44,7 @@ const slowSlotCreate = 10 * time.Second
 func TestStandbyRead(t *testing.T) {
 	pair := relaytest.StartPair(t, relaytest.PairOptions{})
 	if v := pair.Primary.MajorVersion(); v < standbyReadMajor {
-		t.Skipf("needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh 17), as the CI's Postgres 17 step does",
+		relaytest.Skip(t, "needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh 17), as the CI's Postgres 17 step does",
 			standbyReadMajor, v, devenv.BinDirEnv)
 	}
 	env := relaytest.NewEnv(t, pair)

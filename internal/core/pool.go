@@ -2,11 +2,9 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -14,8 +12,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// OpenPool connects to Postgres, waiting while it is unreachable; bad
-// credentials or a missing database fail at once.
+// OpenPool connects to Postgres, waiting while it is unreachable; a
+// configuration error (the credentials, the database, TLS: see
+// connectConfigError) fails at once, with its fix.
 func OpenPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pgxpool.Pool, error) {
 	where := replication.Describe(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -31,10 +30,9 @@ func OpenPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pg
 		if err == nil {
 			return pool, nil
 		}
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000" || pe.Code == "3D000") {
+		if cerr := connectConfigError(ctx, &cfg.ConnConfig.Config, where, err); cerr != nil {
 			pool.Close()
-			return nil, fmt.Errorf("connect to %s: %w", where, err)
+			return nil, cerr
 		}
 		if logs.Allow() {
 			log.Warn().Err(err).Str("postgres", where).Msg("Postgres is not reachable yet; retrying")

@@ -17,6 +17,9 @@ type Publishing struct {
 	DeadLetterSubject string
 	// DuplicateWindow is the dedup window of a stream the relay creates.
 	DuplicateWindow time.Duration
+	// StreamSettings are the replicas, storage and limits of a stream the
+	// relay creates.
+	StreamSettings jetstream.StreamSettings
 
 	Window       int           // most events awaiting a PubAck
 	WindowBytes  int           // most payload bytes awaiting PubAcks
@@ -44,6 +47,7 @@ func (p Publishing) StreamSpec() jetstream.StreamSpec {
 		Template:          p.Subject,
 		DeadLetterSubject: p.DeadLetterSubject,
 		DuplicateWindow:   p.DuplicateWindow,
+		StreamSettings:    p.StreamSettings,
 	}
 }
 

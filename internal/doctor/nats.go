@@ -89,6 +89,8 @@ func readNATS(ctx context.Context, nc *nats.Conn, o NATSOptions) (natsFacts, err
 		if err == nil {
 			f.SubjectOwner = owner
 		}
+		// The stream the relay would create: the warnings it would log.
+		f.Problems = jssink.CheckStream(ctx, js, o.Stream.Config(), o.Stream)
 	case err != nil:
 		return f, fmt.Errorf("look up stream %q: %w", o.Stream.Name, err)
 	default:
@@ -157,8 +159,13 @@ func streamFindings(f natsFacts, o NATSOptions) []Finding {
 				fmt.Sprintf("use --stream %s (nats stream info %s), or remove the subjects from it: nats stream edit %s --subjects ...", f.SubjectOwner, f.SubjectOwner, f.SubjectOwner),
 				"stream %q does not exist and stream %q already takes the subjects %q: creating it would fail (overlapping subjects)", name, f.SubjectOwner, o.Stream.Template.Filter())}
 		}
-		return []Finding{info("nats.stream", "stream %q does not exist yet: `outbox-relay run` creates it (file storage, subjects %q and %q, duplicate window %s)",
-			name, o.Stream.Template.Filter(), o.Stream.DeadLetterSubject, createdWindow(o))}
+		cfg := o.Stream.Config()
+		out := []Finding{info("nats.stream", "stream %q does not exist yet: `outbox-relay run` creates it (%s storage, replicas %d, limits: %s, subjects %q and %q, duplicate window %s)",
+			name, strings.ToLower(cfg.Storage.String()), cfg.Replicas, jssink.Limits(cfg), o.Stream.Template.Filter(), o.Stream.DeadLetterSubject, createdWindow(o))}
+		for _, p := range f.Problems {
+			out = append(out, problem(Warn, "nats.stream_"+p.Kind, p.Fix, "%s", p.What))
+		}
+		return out
 	}
 	var out []Finding
 	bad := map[string]bool{}
@@ -211,6 +218,12 @@ func replicasFinding(f natsFacts, o NATSOptions) Finding {
 		replicas = f.Stream.Replicas
 	}
 	switch {
+	case !f.StreamExists && replicas > 1 && f.Cluster == "":
+		return problem(Error, check, "use --stream-replicas 1 with a single server, or a JetStream cluster",
+			"--stream-replicas %d: a single server (no cluster) keeps one copy; creating stream %q would fail", replicas, o.Stream.Name)
+	case replicas == 1 && f.Cluster != "" && !f.StreamExists:
+		return problem(Warn, check, "run the relay with --stream-replicas 3",
+			"stream %q would be created with one replica in cluster %s: the loss of that server's disk loses its events", o.Stream.Name, f.Cluster)
 	case replicas == 1 && f.Cluster != "":
 		return problem(Warn, check, fmt.Sprintf("nats stream edit %s --replicas 3", o.Stream.Name),
 			"stream %q has one replica in cluster %s: the loss of that server's disk loses its events", o.Stream.Name, f.Cluster)

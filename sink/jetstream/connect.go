@@ -8,12 +8,21 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/contract"
 )
 
-// WaitConnected waits until nc is connected or ctx ends, logging the wait.
+// WaitConnected waits until nc is connected or ctx ends, logging the
+// wait. It is the relay's start: a connection nats.go gave up on, or
+// whose last attempt failed for a reason waiting cannot fix (the
+// credentials, TLS: see ConnectConfigError), ends the wait with a
+// contract.FatalError that says how to fix it.
 func WaitConnected(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
 	if nc.IsConnected() {
 		return nil
+	}
+	if err := connectFailed(ctx, nc); err != nil {
+		return err
 	}
 	ev := log.Warn().Str("nats_url", RedactNATS(strings.Join(nc.Opts.Servers, ",")))
 	if err := nc.LastError(); err != nil {
@@ -28,8 +37,24 @@ func WaitConnected(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error
 			return context.Cause(ctx)
 		case <-tick.C:
 		}
+		if err := connectFailed(ctx, nc); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// connectFailed returns the configuration error that keeps nc from
+// connecting, if its last attempt failed with one or nats.go closed it.
+func connectFailed(ctx context.Context, nc *nats.Conn) error {
+	last := nc.LastError()
+	if !nc.IsClosed() && !ConnectConfigError(last) {
+		return nil
+	}
+	if last == nil {
+		last = nats.ErrConnectionClosed
+	}
+	return &contract.FatalError{Err: ExplainNATSConnect(ctx, last, strings.Join(nc.Opts.Servers, ","))}
 }
 
 var natsUserinfo = regexp.MustCompile(`(://)[^@/\s,]*@`)

@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -25,8 +26,10 @@ type Stream struct {
 
 // Open provisions the stream (creates it, or checks one that operators
 // made: see EnsureStream), waiting while NATS or JetStream is unavailable;
-// a stream that cannot hold the relay's events is an error wrapping
-// ErrStreamConfig, returned at once.
+// a configuration error is returned at once: one of the connection (see
+// WaitConnected), or an error wrapping ErrStreamConfig (a stream that
+// cannot hold the relay's events, one that cannot be created as asked,
+// JetStream disabled, permissions denied: see setUpError).
 func Open(ctx context.Context, nc *nats.Conn, spec StreamSpec, log zerolog.Logger) (*Stream, error) {
 	js, err := natsjs.New(nc)
 	if err != nil {
@@ -53,8 +56,11 @@ func Open(ctx context.Context, nc *nats.Conn, spec StreamSpec, log zerolog.Logge
 		if err == nil {
 			return &Stream{nc: nc, js: js, stream: stream, spec: spec}, nil
 		}
-		if errors.Is(err, ErrStreamConfig) {
-			return nil, err
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if err = setUpError(nc, spec, err); errors.Is(err, ErrStreamConfig) {
+			return nil, &contract.FatalError{Err: err}
 		}
 		if logs.Allow() {
 			log.Warn().Err(err).Str("stream", spec.Name).Msg("JetStream not available yet; retrying")

@@ -30,8 +30,25 @@ type StreamSpec struct {
 	// DuplicateWindow is the dedup window of a stream the relay creates
 	// (DefaultDuplicateWindow when zero).
 	DuplicateWindow time.Duration
-	// Replicas is the replica count of a stream the relay creates (default 1).
-	Replicas int
+	// StreamSettings are the replicas, storage and limits of a stream the
+	// relay creates.
+	StreamSettings
+}
+
+// StreamSettings are the replicas, storage and limits of a stream the
+// relay creates (the --stream-* flags); the zero value is one replica,
+// file storage, no limits, discard new. An existing stream is adopted as
+// it is: CheckStream warns about the settings it lacks.
+type StreamSettings struct {
+	Replicas int // 0 is 1
+	Storage  natsjs.StorageType
+	// MaxAge, MaxBytes and MaxMsgs limit the stream; zero is no limit.
+	MaxAge   time.Duration
+	MaxBytes int64
+	MaxMsgs  int64
+	// DiscardOld removes the oldest messages at the limits instead of
+	// refusing new ones (consumers that fall behind lose events).
+	DiscardOld bool
 }
 
 // ErrStreamConfig marks a stream that exists but cannot be used as it is.
@@ -68,8 +85,9 @@ func EnsureStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log
 // StreamProblem is something wrong with an existing stream, with its fix.
 // A Fatal one keeps the relay from using the stream.
 type StreamProblem struct {
-	// Kind is what is wrong: "subjects", "dead_letter_subject", "storage"
-	// or "discard".
+	// Kind is what is wrong: "subjects", "dead_letter_subject",
+	// "retention", "mirror", "sealed", "no_ack" (fatal); "storage",
+	// "discard", "per_subject", "settings" (warnings).
 	Kind      string
 	What, Fix string
 	Fatal     bool
@@ -77,10 +95,14 @@ type StreamProblem struct {
 
 // CheckStream returns what is wrong with the existing stream whose
 // configuration is cfg for spec: subjects that do not cover the template
-// or the dead-letter subject (fatal), memory storage and discarding old
-// messages at its limits (warnings). It only reads.
+// or the dead-letter subject, and what else keeps it from holding the
+// relay's events as published (fatal: see adoptionProblems); memory
+// storage, discarding old messages at its limits, and settings the
+// stream lacks (warnings). It only reads.
 func CheckStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConfig, spec StreamSpec) []StreamProblem {
-	var out []StreamProblem
+	// What the stream is (its retention, a mirror...) first: the first
+	// fatal problem is the one EnsureStream reports.
+	out := adoptionProblems(cfg, spec)
 	filter := spec.Template.Filter()
 	if !coveredBy(cfg.Subjects, filter) {
 		out = append(out, StreamProblem{Kind: "subjects", Fatal: true,
@@ -98,7 +120,7 @@ func CheckStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConf
 	if cfg.Storage == natsjs.MemoryStorage {
 		out = append(out, StreamProblem{Kind: "storage",
 			What: fmt.Sprintf("stream %q uses memory storage: its events are lost when NATS restarts", spec.Name),
-			Fix: fmt.Sprintf("storage cannot be changed in place: remove the stream (nats stream rm %s, after its consumers are done with it) and let `outbox-relay run` create it with file storage, or create one yourself with --storage file and point --stream at it",
+			Fix: fmt.Sprintf("storage cannot be changed in place: remove the stream (nats stream rm %s, after its consumers are done with it) and let `outbox-relay run` create it with file storage (--stream-storage file, the default), or create one yourself with --storage file and point --stream at it",
 				spec.Name)})
 	}
 	if cfg.Discard == natsjs.DiscardOld && (cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0) {
@@ -119,27 +141,51 @@ func quoteArg(s string) string {
 }
 
 func createStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log zerolog.Logger) (natsjs.StreamConfig, error) {
-	cfg := natsjs.StreamConfig{
-		Name:        spec.Name,
-		Description: "Outbox events published by outbox-relay",
-		Subjects:    []string{spec.Template.Filter(), spec.DeadLetterSubject},
-		Storage:     natsjs.FileStorage,
-		Retention:   natsjs.LimitsPolicy,
-		Discard:     natsjs.DiscardNew,
-		Duplicates:  cmp.Or(spec.DuplicateWindow, DefaultDuplicateWindow),
-		Replicas:    max(spec.Replicas, 1),
-	}
+	cfg := spec.Config()
 	stream, err := js.CreateStream(ctx, cfg)
 	if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
 		// Another relay created it a moment ago: adopt it like any other.
 		return EnsureStream(ctx, js, spec, log)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("create stream %q with subjects %v: %w", spec.Name, cfg.Subjects, err)
+		return cfg, createError(ctx, js, spec, cfg, err)
 	}
-	log.Info().Str("stream", spec.Name).Strs("subjects", cfg.Subjects).Dur("duplicate_window", cfg.Duplicates).
+	created := stream.CachedInfo().Config
+	log.Info().Str("stream", spec.Name).Strs("subjects", created.Subjects).Dur("duplicate_window", created.Duplicates).
+		Int("replicas", created.Replicas).Str("storage", strings.ToLower(created.Storage.String())).Str("limits", Limits(created)).
 		Msg("created stream")
-	return stream.CachedInfo().Config, nil
+	// Memory storage and discard old were asked for: the same warnings as
+	// for a stream found with them.
+	for _, p := range CheckStream(ctx, js, created, spec) {
+		log.Warn().Str("stream", spec.Name).Msg(p.What + ": " + p.Fix)
+	}
+	return created, nil
+}
+
+// Config is the configuration of the stream the relay creates for spec:
+// limits retention (the relay reads back what it published), its
+// subjects the template's filter and the dead-letter subject, and spec's
+// settings; discard new unless spec asks for old, so that a full stream
+// refuses events, which the relay keeps until there is room, rather than
+// dropping old ones consumers may not have read.
+func (spec StreamSpec) Config() natsjs.StreamConfig {
+	discard := natsjs.DiscardNew
+	if spec.DiscardOld {
+		discard = natsjs.DiscardOld
+	}
+	return natsjs.StreamConfig{
+		Name:        spec.Name,
+		Description: "Outbox events published by outbox-relay",
+		Subjects:    []string{spec.Template.Filter(), spec.DeadLetterSubject},
+		Storage:     spec.Storage,
+		Retention:   natsjs.LimitsPolicy,
+		Discard:     discard,
+		Duplicates:  cmp.Or(spec.DuplicateWindow, DefaultDuplicateWindow),
+		Replicas:    max(spec.Replicas, 1),
+		MaxAge:      spec.MaxAge,
+		MaxBytes:    cmp.Or(spec.MaxBytes, -1),
+		MaxMsgs:     cmp.Or(spec.MaxMsgs, -1),
+	}
 }
 
 func coveredBy(filters []string, pattern string) bool {
@@ -151,9 +197,11 @@ func coveredBy(filters []string, pattern string) bool {
 	return false
 }
 
+// checkStreamName refuses a name JetStream refuses: a configuration
+// error (ErrStreamConfig), not an outage to wait out.
 func checkStreamName(name string) error {
 	if name == "" || strings.ContainsAny(name, ".*> \t\r\n/\\") {
-		return fmt.Errorf("stream name %q: must be non-empty without '.', '*', '>', '/', '\\' or whitespace", name)
+		return fmt.Errorf("%w: stream name %q: must be non-empty without '.', '*', '>', '/', '\\' or whitespace: change --stream (OUTBOX_STREAM)", ErrStreamConfig, name)
 	}
 	return nil
 }

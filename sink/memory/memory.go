@@ -189,6 +189,9 @@ func (s *Sink) Run(ctx context.Context) error {
 // Close does nothing.
 func (s *Sink) Close() error { return nil }
 
+// Horizon returns nil: a memory sink has no limits and removes nothing.
+func (s *Sink) Horizon(context.Context) (*sink.Horizon, error) { return nil, nil }
+
 // Owner returns the source stored events are stamped with.
 func (s *Sink) Owner() sink.Source { return s.stamp.Source() }
 

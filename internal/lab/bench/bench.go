@@ -69,6 +69,9 @@ type Options struct {
 	// HTMLReport, when set, receives the run's charts as an HTML page:
 	// drain curves, throughput against the limits, latency histograms.
 	HTMLReport string
+	// JSONReport, when set, receives the run's figures as JSON (Record),
+	// with the commit, machine, load, versions and command.
+	JSONReport string
 
 	// Self is the outbox-relay executable: the relay runs and the
 	// nats-server process are started from it.
@@ -97,6 +100,7 @@ type bench struct {
 	// covered (apart from checked).
 	coldChecked int
 	report      *report
+	record      *recorder // nil without JSONReport
 }
 
 // Run runs every measurement and prints the report.
@@ -112,6 +116,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	b := &bench{cfg: opts, rates: rates, report: &report{progress: opts.Progress}}
+	if opts.JSONReport != "" {
+		b.record = startRecorder(ctx)
+	}
 	if opts.LatencyFile != "" {
 		// The file holds this run only; runs append to it as they finish.
 		if err := os.WriteFile(opts.LatencyFile, nil, 0o644); err != nil {
@@ -121,24 +128,40 @@ func Run(ctx context.Context, opts Options) error {
 	cleanup, err := b.setup(ctx)
 	defer cleanup()
 	if err != nil {
+		if b.record != nil {
+			b.record.stop()
+		}
 		return err
 	}
+	b.noteVersions(ctx)
 	steps := []func(context.Context) error{b.limitsAndDrains, b.coldStarts, b.latencies, b.resources, b.baseline}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
-			if ferr := b.finish(); ferr != nil {
+			if ferr := b.finish(err); ferr != nil {
 				b.progress("%v", ferr)
 			}
 			return err
 		}
 	}
-	return b.finish()
+	return b.finish(nil)
 }
 
-// finish prints the report of what was measured, and writes its charts
-// when asked.
-func (b *bench) finish() error {
-	b.report.print(b.cfg.Out, b.checked, b.coldChecked)
+// finish prints the report of what was measured, and writes its JSON
+// record and its charts when asked; failed is the error that ended the
+// run early, or nil.
+func (b *bench) finish(failed error) error {
+	var tables strings.Builder
+	b.report.print(&tables, b.checked, b.coldChecked)
+	if _, err := io.WriteString(b.cfg.Out, tables.String()); err != nil {
+		return err
+	}
+	if b.record != nil {
+		rec := b.record.finish(b.report.figures(b.checked, b.coldChecked), tables.String(), failed)
+		if err := writeRecord(b.cfg.JSONReport, rec); err != nil {
+			return err
+		}
+		b.progress("wrote the figures to %s (load average %.1f–%.1f during the run)", b.cfg.JSONReport, rec.Load.Min, rec.Load.Max)
+	}
 	if b.cfg.HTMLReport == "" {
 		return nil
 	}
@@ -251,6 +274,21 @@ func (b *bench) startNATS(ctx context.Context) (func(), error) {
 		_ = b.nats.Stop()
 		out.Close()
 	}, nil
+}
+
+// noteVersions records the servers' versions for the JSON report.
+func (b *bench) noteVersions(ctx context.Context) {
+	if b.record == nil {
+		return
+	}
+	var pg string
+	if err := b.pool.QueryRow(ctx, `SELECT version()`).Scan(&pg); err != nil {
+		pg = "unknown: " + err.Error()
+	}
+	b.record.mu.Lock()
+	defer b.record.mu.Unlock()
+	b.record.rec.Versions.Postgres = pg
+	b.record.rec.Versions.NATSServer = b.nc.ConnectedServerVersion()
 }
 
 func (b *bench) natsStat() (procStat, bool) {

@@ -32,11 +32,11 @@ func TestHistogram(t *testing.T) {
 // start, a latency run.
 func recordedReport() *report {
 	r := &report{progress: io.Discard}
-	recv := r.add("L1", "pg_recvlogical, 1-row transactions", 1000, time.Second)
-	r.add("L2", "JetStream publish limit", 1000, 500*time.Millisecond)
-	r.addDrain("R1", "relay drain, 1-row transactions", drainResult{events: 1000, took: 2 * time.Second,
+	recv := r.add("l1.recv.1row", "L1", "pg_recvlogical, 1-row transactions", 1000, time.Second)
+	r.add("l2", "L2", "JetStream publish limit", 1000, 500*time.Millisecond)
+	r.addDrain("r1.1row", "R1", "relay drain, 1-row transactions", drainResult{events: 1000, took: 2 * time.Second,
 		curve: []curvePoint{{0, 0}, {time.Second, 400}, {2 * time.Second, 1000}}}, recv)
-	cold := coldResult{coldCase: coldCase{label: "1-row transactions, ~250 B", events: 500}, recv: time.Second, limit: time.Second / 4, lastStored: 2 * time.Second}
+	cold := coldResult{coldCase: coldCase{name: "c1_1row", label: "1-row transactions, ~250 B", events: 500}, recv: time.Second, limit: time.Second / 4, lastStored: 2 * time.Second}
 	cold.drain.curve = []curvePoint{{0, 0}, {1234 * time.Millisecond, 321}, {2 * time.Second, 500}}
 	r.colds = append(r.colds, cold)
 	r.latencies = append(r.latencies, latencyResult{rate: 1000, latencies: []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}})

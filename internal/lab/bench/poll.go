@@ -20,6 +20,7 @@ import (
 // It lives in the benchmark only.
 
 type pollResult struct {
+	key    string // its figures' key prefix in the JSON report (figures.go)
 	mode   string
 	events int
 	took   time.Duration
@@ -35,9 +36,9 @@ func (b *bench) polling(ctx context.Context, sc scenario, loop bool, budget time
 	if _, err := b.pool.Exec(ctx, `UPDATE `+sc.table.Quoted()+` SET processed_at = NULL, attempts = 0`); err != nil {
 		return pollResult{}, err
 	}
-	r := pollResult{mode: "one batch per tick (as written)"}
+	r := pollResult{key: "r4.article_tick", mode: "one batch per tick (as written)"}
 	if loop {
-		r.mode = "loop until empty on each tick"
+		r.key, r.mode = "r4.article_loop", "loop until empty on each tick"
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -127,7 +128,7 @@ func (b *bench) pollRelay(ctx context.Context, sc scenario) (pollResult, error) 
 	if err != nil {
 		return pollResult{}, err
 	}
-	r := pollResult{mode: "outbox-relay --source poll (batches of 500, PubAcks pipelined)", events: n}
+	r := pollResult{key: "r4.source_poll", mode: "outbox-relay --source poll (batches of 500, PubAcks pipelined)", events: n}
 	started := time.Now()
 	relay, err := startChild(b.cfg.Self, append(sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), "--source", "poll"), b.dir+"/relay-"+sc.name+"-poll.log")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 // benchRow is one throughput measurement.
 type benchRow struct {
+	key        string // its figures' key prefix in the JSON report (figures.go)
 	kind, what string
 	events     int
 	took       time.Duration
@@ -30,15 +31,15 @@ type report struct {
 	colds     []coldResult
 }
 
-func (r *report) add(kind, what string, events int, took time.Duration) *benchRow {
-	row := &benchRow{kind: kind, what: what, events: events, took: took}
+func (r *report) add(key, kind, what string, events int, took time.Duration) *benchRow {
+	row := &benchRow{key: key, kind: kind, what: what, events: events, took: took}
 	r.rows = append(r.rows, row)
 	writeProgress(r.progress, "  %s: %d events in %s, %s events/s", kind, events, took.Round(time.Millisecond), thousands(row.rate()))
 	return row
 }
 
-func (r *report) addDrain(kind, what string, d drainResult, vsRecv *benchRow) {
-	row := r.add(kind, what, d.events, d.took)
+func (r *report) addDrain(key, kind, what string, d drainResult, vsRecv *benchRow) {
+	row := r.add(key, kind, what, d.events, d.took)
 	row.drain, row.vsRecv = &d, vsRecv
 }
 

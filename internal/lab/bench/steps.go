@@ -33,10 +33,11 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			b.report.add("L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took)
+			b.report.add("l2", "L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took)
 		}
 		b.progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
-		recv, err := b.readerLimit(ctx, "pg_recvlogical, "+label, "recv_"+sc.name, func() (time.Duration, error) {
+		key := fmt.Sprintf("%drow", perTxn)
+		recv, err := b.readerLimit(ctx, "l1.recv."+key, "pg_recvlogical, "+label, "recv_"+sc.name, func() (time.Duration, error) {
 			took, _, err := pgRecvlogical(ctx, b.pgBinDir, b.pgURL, "recv_"+sc.name, sc.publication, end)
 			return took, err
 		})
@@ -44,7 +45,7 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 			return err
 		}
 		b.progress("L1: the relay's receiver and decoder, publishing off, over %s", label)
-		if _, err := b.readerLimit(ctx, "relay receiver, no publishing, "+label, "bare_"+sc.name, func() (time.Duration, error) {
+		if _, err := b.readerLimit(ctx, "l1.receiver."+key, "relay receiver, no publishing, "+label, "bare_"+sc.name, func() (time.Duration, error) {
 			return bareReceiver(ctx, b.pool, b.repl, "bare_"+sc.name, sc.publication, sc.table, b.cfg.Events)
 		}); err != nil {
 			return err
@@ -54,14 +55,14 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.report.addDrain("R1", "relay drain, "+label, r, recv)
+		b.report.addDrain("r1."+key, "R1", "relay drain, "+label, r, recv)
 	}
 	return nil
 }
 
 // readerLimit runs one L1 reader over the backlog on slot, measuring the
 // walsender that serves it, then drops the slot.
-func (b *bench) readerLimit(ctx context.Context, what, slot string, read func() (time.Duration, error)) (*benchRow, error) {
+func (b *bench) readerLimit(ctx context.Context, key, what, slot string, read func() (time.Duration, error)) (*benchRow, error) {
 	defer func() { _ = replication.DropSlot(context.WithoutCancel(ctx), b.pool, slot) }()
 	watch := watchWalsender(ctx, b.pool, slot)
 	took, err := read()
@@ -69,7 +70,7 @@ func (b *bench) readerLimit(ctx context.Context, what, slot string, read func() 
 	if err != nil {
 		return nil, err
 	}
-	row := b.report.add("L1", what, b.cfg.Events, took)
+	row := b.report.add(key, "L1", what, b.cfg.Events, took)
 	row.walsnd, row.walsndKnown = walsnd, walsndKnown
 	return row, nil
 }
@@ -148,10 +149,10 @@ func (b *bench) resources(ctx context.Context) error {
 		return nil
 	}
 	for _, run := range []struct {
-		name   string
-		perTxn int
-		label  string
-	}{{"r3_backlog", 1, "backlog of one-row transactions"}, {"r3_bigtxn", b.cfg.Big, "one transaction"}} {
+		name, key string
+		perTxn    int
+		label     string
+	}{{"r3_backlog", "r3.backlog", 1, "backlog of one-row transactions"}, {"r3_bigtxn", "r3.one_txn", b.cfg.Big, "one transaction"}} {
 		sc, err := b.scenario(ctx, run.name)
 		if err != nil {
 			return err
@@ -165,7 +166,7 @@ func (b *bench) resources(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.report.addDrain("R3", fmt.Sprintf("relay drain, %d events, %s", b.cfg.Big, run.label), r, nil)
+		b.report.addDrain(run.key, "R3", fmt.Sprintf("relay drain, %d events, %s", b.cfg.Big, run.label), r, nil)
 	}
 	return nil
 }

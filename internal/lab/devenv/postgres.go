@@ -5,7 +5,8 @@
 // The Postgres binaries are, in this order: PostgresOptions.BinDir, the
 // directory in $OUTBOX_TEST_PG_BINDIR (how the tests run against another
 // major version: scripts/install-postgres.sh prints one), initdb on PATH,
-// the newest /usr/lib/postgresql/*/bin.
+// the newest /usr/lib/postgresql/*/bin. $OUTBOX_TEST_PG_MAJOR, when set,
+// asserts their major version.
 package devenv
 
 import (
@@ -28,6 +29,12 @@ import (
 // BinDirEnv names the environment variable that chooses the Postgres
 // server binaries when PostgresOptions.BinDir is empty.
 const BinDirEnv = "OUTBOX_TEST_PG_BINDIR"
+
+// MajorEnv names the environment variable that asserts the major version
+// of every cluster started: set (CI sets it for each step), a cluster of
+// another major is refused, so a run that says it tests Postgres 15 cannot
+// quietly test whatever binaries the machine has.
+const MajorEnv = "OUTBOX_TEST_PG_MAJOR"
 
 // PostgresOptions configures StartPostgres.
 type PostgresOptions struct {
@@ -86,6 +93,10 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		return nil, err
 	}
 	if p.major, err = readMajor(p.dataDir()); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := checkMajor(p.major, bin); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -391,6 +402,24 @@ func readMajor(dataDir string) (int, error) {
 		return 0, fmt.Errorf("read the cluster's version: PG_VERSION holds %q", b)
 	}
 	return v, nil
+}
+
+// checkMajor refuses a cluster whose major is not the one $OUTBOX_TEST_PG_MAJOR
+// asserts (no check when it is unset).
+func checkMajor(major int, binDir string) error {
+	want := os.Getenv(MajorEnv)
+	if want == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(want)
+	if err != nil {
+		return fmt.Errorf("%s=%q is not a major version", MajorEnv, want)
+	}
+	if n != major {
+		return fmt.Errorf("%s=%d, but the server binaries in %s are Postgres %d (set %s to binaries of %d, or change %s)",
+			MajorEnv, n, binDir, major, BinDirEnv, n, MajorEnv)
+	}
+	return nil
 }
 
 // BinDir returns the directory of the server binaries in use.

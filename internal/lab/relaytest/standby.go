@@ -47,14 +47,15 @@ type PairOptions struct {
 	Guard bool
 }
 
-// RequireMajor skips the test unless the test cluster runs Postgres major
-// or later: the default binaries of the test machine are older, and the
-// CI runs these tests in a step of their own with
-// OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17).
+// RequireMajor skips the test (Skip) unless the test cluster runs Postgres
+// major or later: the default binaries of the test machine are older, and
+// the CI runs these tests in steps of their own with
+// OUTBOX_TEST_PG_BINDIR=$(scripts/install-postgres.sh 17) (and 18), where a
+// skip fails the step.
 func RequireMajor(t testing.TB, major int, primary *devenv.Postgres) {
 	t.Helper()
 	if primary.MajorVersion() < major {
-		t.Skipf("needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh %d)",
+		Skip(t, "needs Postgres %d or later (the test cluster runs %d): run with %s=$(scripts/install-postgres.sh %d)",
 			major, primary.MajorVersion(), devenv.BinDirEnv, major)
 	}
 }
@@ -65,7 +66,7 @@ func RequireMajor(t testing.TB, major int, primary *devenv.Postgres) {
 func StartPair(t testing.TB, opts PairOptions) *Pair {
 	t.Helper()
 	if opts.Failover && os.Getenv(devenv.BinDirEnv) == "" {
-		t.Skipf("needs Postgres %d or later: run with %s=$(scripts/install-postgres.sh %d)", FailoverMajor, devenv.BinDirEnv, FailoverMajor)
+		Skip(t, "needs Postgres %d or later: run with %s=$(scripts/install-postgres.sh %d)", FailoverMajor, devenv.BinDirEnv, FailoverMajor)
 	}
 	primarySettings := map[string]string{}
 	if opts.Guard {

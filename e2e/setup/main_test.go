@@ -1,0 +1,14 @@
+package setup
+
+import (
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+)
+
+// suite is the relay binary built for these tests, their Postgres, and
+// this test binary re-executed as the NATS child processes.
+var suite relaytest.Suite
+
+// TestMain serves NATS when this is such a child, else builds the relay.
+func TestMain(m *testing.M) { relaytest.RunWithBuiltRelay(m, &suite) }
