@@ -192,7 +192,7 @@ func (s *starter) decide(ctx context.Context, locked *checkpoint.Store) (replica
 	if err != nil {
 		return slot, rec, 0, err
 	}
-	last, err := s.reader.Last(ctx)
+	last, err := untilAnswered(ctx, s.log, cfg.Stream, s.reader.Last)
 	if err != nil {
 		return slot, rec, 0, err
 	}

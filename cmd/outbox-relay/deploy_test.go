@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -123,24 +122,6 @@ func TestDeployRulesAndDashboard(t *testing.T) {
 	}
 	if len(missing) == 0 {
 		t.Logf("%d metric names used by the rules and the dashboard, all served", len(used))
-	}
-}
-
-// TestBuildInfoAndVersion: --version prints the build, and the relay
-// serves the same build as outbox_relay_build_info.
-func TestBuildInfoAndVersion(t *testing.T) {
-	out, err := suite.Relay.RunCLI(t, "--version")
-	want := readBuildInfo()
-	if err != nil || strings.TrimSpace(out) != want.String() || !strings.Contains(out, runtime.Version()) {
-		t.Fatalf("--version (%v): %q, want %q", err, out, want.String())
-	}
-	env := suite.NewEnv(t)
-	relay := suite.StartRelay(t, env)
-	relay.WaitLog("serving /metrics", 30*time.Second)
-	series := fmt.Sprintf(`outbox_relay_build_info{go_version=%q,revision=%q,version=%q}`, want.GoVersion, want.Revision, want.Version)
-	if v, err := relay.Metric(series); err != nil || v != 1 {
-		body, _ := relay.Scrape()
-		t.Fatalf("%s = %v (%v); build info served:\n%s", series, v, err, grepLines(body, "outbox_relay_build_info"))
 	}
 }
 

@@ -21,9 +21,15 @@ type buildInfo struct {
 // checkout stamps the commit (and, since Go 1.24, a version derived from
 // it); -buildvcs=false or a build outside a checkout leaves them unknown.
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: "(devel)", GoVersion: runtime.Version(), Revision: "unknown"}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	bi, _ := debug.ReadBuildInfo()
+	return buildInfoFrom(bi, runtime.Version())
+}
+
+// buildInfoFrom reads a build stamp (nil: none) of a binary built by Go
+// goVersion.
+func buildInfoFrom(bi *debug.BuildInfo, goVersion string) buildInfo {
+	b := buildInfo{Version: "(devel)", GoVersion: goVersion, Revision: "unknown"}
+	if bi == nil {
 		return b
 	}
 	if v := bi.Main.Version; v != "" {

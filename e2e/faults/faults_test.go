@@ -34,8 +34,10 @@ const logReleased = "released the replication connection so Postgres can shut do
 
 // TestFaultRelayKilledRepeatedly: SIGKILL 20 times (10 with -short), each with publishes in
 // flight or at a random instant of start-up, once in the middle of
-// publishing a 100,000-row transaction. The restarted relays skip what
-// the stream already holds.
+// publishing a 100,000-row transaction. After every kill with publishes
+// in flight the next relay that streams skips what the stream already
+// holds, and no relay process, killed or not, had a publish acknowledged
+// as a duplicate (read from its metrics at the instant it was killed).
 func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	env := suite.NewEnv(t)
 	logFrom := len(env.ClusterLog())
@@ -47,8 +49,7 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	first.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	w, stop := relaytest.Load(t, env)
 	w.WaitTx(t, 20, relaytest.FaultWait)
-	relaytest.InFlight(t, env, first, 1000)
-	first.Kill()
+	killAt(t, first, relaytest.InFlight(t, env, first, 1000))
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	bigDone := make(chan error, 1)
 	var relays []*relaytest.Relay
@@ -86,13 +87,12 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 					t.Fatalf("the relay stored %d events of the big transaction in 2m", env.CountStored()-before)
 				}
 			}
-			relay.WaitInFlight(relaytest.FaultWait)
-			relay.Kill()
+			killAt(t, relay, relay.WaitInFlightMetrics(relaytest.FaultWait))
 			inFlightKills = append(inFlightKills, i)
 		case i%5 == 4:
 			// At a random instant of start-up: the delay is the fault's timing.
 			time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
-			relay.Kill()
+			killAt(t, relay, scrapeIfServing(t, relay))
 		default:
 			relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 			if i == bigAt+2 {
@@ -101,8 +101,7 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 				// stored events and replay the transaction again, at length.
 				env.WaitSlotCaughtUp(3 * time.Minute)
 			}
-			relaytest.InFlight(t, env, relay, 200+rng.Intn(1300))
-			relay.Kill()
+			killAt(t, relay, relaytest.InFlight(t, env, relay, 200+rng.Intn(1300)))
 			inFlightKills = append(inFlightKills, i)
 		}
 	}
@@ -114,24 +113,30 @@ func TestFaultRelayKilledRepeatedly(t *testing.T) {
 	relaytest.Settle(t, env, last, w, relaytest.Expect{MinTx: 100})
 
 	// A relay killed with publishes in flight leaves events in the stream
-	// beyond the slot's position; the next relay that streams must skip
-	// them. After the big transaction's kill there are thousands.
-	skipped := 0
+	// beyond the slot's position (the slot is confirmed only after the
+	// PubAcks, at most five times a second); the next relay that streams
+	// must skip them. After the big transaction's kill there are thousands.
+	var notSkipped []string
+	if next := nextStreaming(relays); next == nil || next.CountLog(relaytest.LogSkipStored) == 0 {
+		notSkipped = append(notSkipped, fmt.Sprintf("the first relay's (pid %d)", first.Pid()))
+	}
 	for _, i := range inFlightKills {
-		if next := nextStreaming(relays[i+1:]); next != nil && next.CountLog(relaytest.LogSkipStored) > 0 {
-			skipped++
+		if next := nextStreaming(relays[i+1:]); next == nil || next.CountLog(relaytest.LogSkipStored) == 0 {
+			notSkipped = append(notSkipped, fmt.Sprintf("kill %d (relay pid %d)", i+1, relays[i].Pid()))
 		}
 	}
-	t.Logf("%d kills with publishes in flight; the next streaming relay skipped stored events after %d of them", len(inFlightKills), skipped)
+	inFlight := 1 + len(inFlightKills) // the first relay's too
+	t.Logf("%d kills with publishes in flight; the next streaming relay skipped stored events after %d of them", inFlight, inFlight-len(notSkipped))
+	if len(notSkipped) > 0 {
+		t.Errorf("after %d of %d kills with publishes in flight the next relay that streamed skipped nothing the stream held: %s",
+			len(notSkipped), inFlight, strings.Join(notSkipped, ", "))
+	}
 	// relays[bigAt+1] was killed in the big transaction (not relays[9]
 	// with -short, where the last relay is relays[10]).
 	if next := nextStreaming(relays[bigAt+2:]); next == nil {
 		t.Error("no relay streamed after the kill in the big transaction")
 	} else if n, ok := relaytest.LogNumber(next, "the stream already holds events the slot will replay: skipping exactly those", "events"); !ok || n < 1000 {
 		t.Errorf("after the kill in the big transaction the next relay skipped %v stored events (logged: %v), want thousands", n, ok)
-	}
-	if skipped < len(inFlightKills)/2 {
-		t.Errorf("stored events were skipped after only %d of %d kills with publishes in flight", skipped, len(inFlightKills))
 	}
 	if lines := walsenderTimeouts(env, logFrom); len(lines) > 0 {
 		t.Errorf("Postgres timed out the relay's walsender %d times (a status update every 2 s): %v", len(lines), lines)
@@ -162,6 +167,32 @@ func walsenderTimeouts(env *relaytest.Env, from int) []string {
 		}
 	}
 	return out
+}
+
+// killAt SIGKILLs relay right after the scrape of its metrics m (nil when
+// it served none yet, so had published nothing) and fails the test when
+// JetStream had acknowledged any of its publishes as a duplicate: a relay
+// that resent what the stream held, within the 1 s dedup window.
+func killAt(t *testing.T, relay *relaytest.Relay, m relaytest.Metrics) {
+	t.Helper()
+	relay.Kill()
+	if n, ok := m[relaytest.DuplicateAcksMetric]; n != 0 || (m != nil && !ok) {
+		t.Errorf("relay pid %d had %v publishes acknowledged as duplicates when it was killed (served: %v)", relay.Pid(), n, ok)
+	}
+}
+
+// scrapeIfServing scrapes the relay's metrics when it serves them yet (it
+// logs the address before it connects to anything); nil otherwise.
+func scrapeIfServing(t *testing.T, relay *relaytest.Relay) relaytest.Metrics {
+	t.Helper()
+	if _, err := relay.MetricsAddr(); err != nil {
+		return nil
+	}
+	m, err := relay.Metrics()
+	if err != nil {
+		t.Errorf("relay pid %d: scrape before the kill: %v", relay.Pid(), err)
+	}
+	return m
 }
 
 // nextStreaming returns the first relay of rs that streamed.

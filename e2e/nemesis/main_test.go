@@ -7,7 +7,8 @@ import (
 )
 
 // suite is the relay binary built for these tests, their Postgres, and
-// this test binary re-executed as the NATS child processes.
+// this test binary re-executed as NATS child processes (unused here: the
+// nemesis runs a NATS cluster built from the nats-server module).
 var suite relaytest.Suite
 
 // TestMain serves NATS when this is such a child, else builds the relay.

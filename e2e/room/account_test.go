@@ -27,7 +27,7 @@ func TestNoRoomAccountQuota(t *testing.T) {
 no_auth_user: app
 `, maxFile)}
 	}
-	server := relaytest.StartNATSClusterWith(t, 1, quota(512<<10))
+	server := relaytest.StartNATSClusterWith(t, relaytest.NATSClusterOptions{Nodes: 1, Conf: quota(512 << 10)})
 	env.UseNATS(server.URLs())
 	flags := []string{"--ack-timeout", "2s"}
 	relay := suite.StartRelay(t, env, flags...)

@@ -189,6 +189,11 @@ func (p *Publisher) sleep(ctx context.Context, d time.Duration) bool {
 // all (a role without the permission) must not stop the relay forever.
 const reconcileBudget = 2 * time.Minute
 
+// Unanswered reports whether a JetStream request failed for want of an
+// answer (timeouts, no responders, JetStream or the stream's leader not
+// available for now): worth asking again later.
+func Unanswered(err error) bool { return unanswered(err) }
+
 // unanswered reports whether a stream read failed for want of an answer
 // (timeouts, no responders, JetStream or the stream's leader not available
 // for now) rather than for a reason that waiting does not cure.

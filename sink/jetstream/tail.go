@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -28,6 +29,10 @@ type Read struct {
 
 // fetchBatch is how many messages one request of a read fetches.
 const fetchBatch = 1000
+
+// noResponderRetries bounds the fetches in a row that no server answers
+// (about 25 s with the growing pause between them).
+const noResponderRetries = 50
 
 // ForEach calls fn for every message on subjects stored from the starting
 // point up to the stream's last sequence at the time of the call, in
@@ -64,27 +69,42 @@ func readRange(ctx context.Context, stream natsjs.Stream, name string, subjects 
 	if err != nil {
 		return fmt.Errorf("read stream %q: %w", name, err)
 	}
+	unanswered := 0
 	for {
 		batch, err := cons.FetchNoWait(batchSize)
-		if err != nil {
-			return fmt.Errorf("read stream %q: %w", name, err)
-		}
 		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				return err
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				meta, err := m.Metadata()
+				if err != nil {
+					return err
+				}
+				seq := meta.Sequence.Stream
+				if seq > last {
+					return nil
+				}
+				if !fn(&natsjs.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}) || seq == last {
+					return nil
+				}
 			}
-			seq := meta.Sequence.Stream
-			if seq > last {
-				return nil
-			}
-			if !fn(&natsjs.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}) || seq == last {
-				return nil
-			}
+			err = batch.Error()
 		}
-		if err := batch.Error(); err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			// An ordered consumer replaces its JetStream consumer at every
+			// fetch; on a clustered stream the request can reach the
+			// servers before the new one listens. The next fetch resumes
+			// after the last message delivered.
+			if unanswered++; unanswered > noResponderRetries {
+				return fmt.Errorf("read stream %q: %d fetches in a row: %w", name, unanswered, err)
+			}
+			if err := sleep(ctx, time.Duration(unanswered)*20*time.Millisecond); err != nil {
+				return fmt.Errorf("read stream %q: %w", name, err)
+			}
+			continue
+		}
+		unanswered = 0
+		if err != nil {
 			return fmt.Errorf("read stream %q: %w", name, err)
 		}
 		if n == 0 {

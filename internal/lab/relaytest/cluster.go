@@ -46,13 +46,30 @@ type natsNode struct {
 // cores make both slow.
 const clusterReadyTimeout = time.Minute
 
+// NATSClusterOptions shape a NATSCluster.
+type NATSClusterOptions struct {
+	Nodes int
+	// NoAdvertise keeps the servers from telling clients the other nodes'
+	// addresses, so that a client given only proxies' addresses stays
+	// behind them (a client otherwise adds the advertised ones and
+	// reconnects to them directly).
+	NoAdvertise bool
+	// NoRace builds nats-server without the race detector even when this
+	// binary has it: nats-server is not what the tests check, and under
+	// the detector three servers replicating thousands of messages a
+	// second take most of a two-core machine.
+	NoRace bool
+	// Conf is added to every node's configuration.
+	Conf NATSConf
+}
+
 // StartNATSCluster builds nats-server from the module's own nats-server
 // dependency (with -race when this binary has it, so that the build
 // cache serves it), starts n nodes and waits until the cluster elected a
 // JetStream meta leader. The nodes are killed when the test ends.
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
-	return StartNATSClusterWith(t, n, NATSConf{})
+	return StartNATSClusterWith(t, NATSClusterOptions{Nodes: n})
 }
 
 // NATSConf is what a test adds to each server's configuration: lines in
@@ -62,12 +79,15 @@ type NATSConf struct {
 	TopLevel  string
 }
 
-// StartNATSClusterWith is StartNATSCluster with conf added to every node's
-// configuration; with n = 1 the server is a single server, no cluster.
-func StartNATSClusterWith(t testing.TB, n int, conf NATSConf) *NATSCluster {
+// StartNATSClusterWith is StartNATSCluster with options; with one node
+// the server is a single server, no cluster.
+func StartNATSClusterWith(t testing.TB, opts NATSClusterOptions) *NATSCluster {
 	t.Helper()
-	c := &NATSCluster{t: t, exe: buildNATSServer(t)}
-	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	n, conf := opts.Nodes, opts.Conf
+	c := &NATSCluster{t: t, exe: buildNATSServer(t, raceEnabled && !opts.NoRace)}
+	// One call: ports freed by a first call could come back in a second.
+	ports := freePorts(t, 2*n)
+	clientPorts, routePorts := ports[:n], ports[n:]
 	var routes []string
 	for _, p := range routePorts {
 		routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", p)))
@@ -82,8 +102,9 @@ func StartNATSClusterWith(t testing.TB, n int, conf NATSConf) *NATSCluster {
   name: "outbox-test"
   listen: "127.0.0.1:%d"
   routes: [%s]
+  no_advertise: %t
 }
-`, routePorts[i], strings.Join(routes, ", "))
+`, routePorts[i], strings.Join(routes, ", "), opts.NoAdvertise)
 		}
 		node.write(t, conf)
 		c.nodes = append(c.nodes, node)
@@ -144,11 +165,11 @@ func (c *NATSCluster) Reconfigure(i int, conf NATSConf) {
 
 // buildNATSServer builds the nats-server command of the module's
 // nats-server dependency into a temporary directory.
-func buildNATSServer(t testing.TB) string {
+func buildNATSServer(t testing.TB, race bool) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "nats-server")
 	args := []string{"build", "-o", exe}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/nats-io/nats-server/v2")
@@ -236,6 +257,36 @@ func (c *NATSCluster) Start(i int) {
 
 // Kill sends SIGKILL to node i and waits for the process to end.
 func (c *NATSCluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
+
+// Stop sends SIGTERM to node i (the server shuts down cleanly) and waits
+// up to timeout for the process to end; then it kills it and says so.
+func (c *NATSCluster) Stop(i int, timeout time.Duration) error {
+	node := c.nodes[i]
+	if node.cmd == nil {
+		return nil
+	}
+	_ = node.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-node.done:
+		node.cmd = nil
+		return nil
+	case <-time.After(timeout):
+		c.Kill(i)
+		return fmt.Errorf("nats-server %s did not exit within %s of SIGTERM; killed it", node.name, timeout)
+	}
+}
+
+// Len is the number of nodes.
+func (c *NATSCluster) Len() int { return len(c.nodes) }
+
+// Addr is node i's client address (host:port).
+func (c *NATSCluster) Addr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.nodes[i].port) }
+
+// Name is node i's server name (what stream info calls its leader).
+func (c *NATSCluster) Name(i int) string { return c.nodes[i].name }
+
+// Output is what node i wrote so far.
+func (c *NATSCluster) Output(i int) string { return c.nodes[i].out.String() }
 
 func (c *NATSCluster) signal(i int, sig syscall.Signal) {
 	node := c.nodes[i]

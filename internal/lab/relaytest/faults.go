@@ -20,6 +20,9 @@ const (
 	LogOutageOver = "JetStream accepts events again"
 	// At a session's start: the slot replays events the stream holds.
 	LogSkipStored = "skipping exactly those"
+	// After a publish failure: the stream held events whose PubAck was
+	// lost, and the Publisher does not send them again.
+	LogLostAcks = "whose PubAck was lost"
 )
 
 // FaultWait bounds each wait for a relay to get going or to recover.
@@ -40,12 +43,14 @@ func Load(t testing.TB, env *Env) (w *Workload, stop func()) {
 }
 
 // InFlight writes a backlog of n events and waits until the relay has
-// publishes of them in flight: the moment to inject a fault.
-func InFlight(t testing.TB, env *Env, relay *Relay, n int) {
+// publishes of them in flight: the moment to inject a fault. It returns
+// the scrape of the relay's metrics that saw them.
+func InFlight(t testing.TB, env *Env, relay *Relay, n int) Metrics {
 	t.Helper()
 	env.Backlog(n)
-	got := relay.WaitInFlight(FaultWait)
-	t.Logf("fault injected with %d publishes in flight", got)
+	m := relay.WaitInFlightMetrics(FaultWait)
+	t.Logf("fault injected with %v publishes in flight", m[InFlightMetric])
+	return m
 }
 
 // Settle ends a fault case with the load stopped: the stream holds every
@@ -153,6 +158,29 @@ func ProxySide(t testing.TB, env *Env, side string) *Proxy {
 // flight, and requires the relay's log to say recovered after each.
 func CutThenPartition(t testing.TB, env *Env, relay *Relay, w *Workload, proxy *Proxy, recovered string) {
 	t.Helper()
+	CutThenPartitionNoticed(t, env, relay, w, proxy, recovered, nil)
+}
+
+// Noticed is how a relay shows that it gave up on a connection that went
+// silent without being closed: a log line, and a gauge that reads 0 once
+// it did. A partition heals by resetting its connections (Proxy.Restore),
+// which a relay that never notices the silence survives as well, only
+// later: the notice must come before the heal.
+type Noticed struct {
+	Log   string
+	Gauge string
+}
+
+// ReplicationSilenceNoticed is the replication session's dead-connection
+// detector (replication/session.go, checkAlive): no message from Postgres
+// for wal_sender_timeout and half as much again, not even after asking
+// for one, ends the session.
+var ReplicationSilenceNoticed = &Noticed{Log: "presuming the connection dead", Gauge: "outbox_relay_replication_connected"}
+
+// CutThenPartitionNoticed is CutThenPartition that, when noticed is not
+// nil, also requires the relay to notice the partition before it heals.
+func CutThenPartitionNoticed(t testing.TB, env *Env, relay *Relay, w *Workload, proxy *Proxy, recovered string, noticed *Noticed) {
+	t.Helper()
 	base := relay.CountLog(recovered)
 	w.WaitTx(t, 30, FaultWait)
 	InFlight(t, env, relay, 2000)
@@ -162,9 +190,35 @@ func CutThenPartition(t testing.TB, env *Env, relay *Relay, w *Workload, proxy *
 	WaitLogCount(t, relay, recovered, base+1, FaultWait)
 	w.WaitTx(t, 20, FaultWait)
 	InFlight(t, env, relay, 2000)
+	partition := WaitLong(15*time.Second, 25*time.Second)
+	heal := time.Now().Add(partition)
 	proxy.Blackhole()
-	time.Sleep(WaitLong(15*time.Second, 25*time.Second)) // the partition
+	if noticed != nil {
+		waitNoticed(t, relay, noticed, heal)
+	}
+	time.Sleep(time.Until(heal)) // the rest of the partition
 	proxy.Restore()
 	WaitLogCount(t, relay, recovered, base+2, FaultWait)
 	w.WaitTx(t, 20, FaultWait)
+}
+
+// waitNoticed waits until the relay logged n.Log once more than before
+// and reports n.Gauge 0, failing the test when that has not happened by
+// heal.
+func waitNoticed(t testing.TB, relay *Relay, n *Noticed, heal time.Time) {
+	t.Helper()
+	base, started := relay.CountLog(n.Log), time.Now()
+	for {
+		gauge, err := relay.Metric(n.Gauge)
+		if relay.CountLog(n.Log) > base && err == nil && gauge == 0 {
+			t.Logf("the relay noticed the partition %s after it began", time.Since(started).Round(100*time.Millisecond))
+			return
+		}
+		if time.Now().After(heal) {
+			t.Errorf("the relay did not notice a %s partition before it healed: logged %q %d times during it, %s = %v (%v)",
+				heal.Sub(started).Round(time.Second), n.Log, relay.CountLog(n.Log)-base, n.Gauge, gauge, err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -18,25 +18,28 @@ import (
 // Fault is a kind of fault the nemesis injects.
 type Fault string
 
-// The fault kinds. Each one is healed before the next one starts.
+// The fault kinds. Each one is healed before the next one starts. NATS is
+// a cluster of three nats-server processes holding the stream with three
+// replicas (see NewNemesis).
 const (
-	FaultRelayKill      Fault = "relay-kill"      // SIGKILL the relay, restart it after Hold
-	FaultRelayTerm      Fault = "relay-term"      // SIGTERM the relay (it must exit 0), restart it after Hold
-	FaultNATSKill       Fault = "nats-kill"       // SIGKILL nats-server, restart it on the same store after Hold
-	FaultNATSStop       Fault = "nats-stop"       // stop nats-server gracefully (SIGTERM), restart it after Hold
-	FaultPGFast         Fault = "pg-fast"         // pg_ctl stop -m fast, start after Hold
-	FaultPGImmediate    Fault = "pg-immediate"    // pg_ctl stop -m immediate (a crash), start after Hold
-	FaultPGReset        Fault = "pg-reset"        // reset the relay's Postgres connections, refuse new ones for Hold
-	FaultPGBlackhole    Fault = "pg-blackhole"    // nothing passes between relay and Postgres for Hold
-	FaultNATSReset      Fault = "nats-reset"      // reset the relay's NATS connection, refuse new ones for Hold
-	FaultNATSBlackhole  Fault = "nats-blackhole"  // nothing passes between relay and NATS for Hold
-	FaultSecondInstance Fault = "second-instance" // a second relay on the slot for Hold, then one of the two ends
-	FaultBigTx          Fault = "big-tx"          // one large transaction on a table outside the publication
+	FaultRelayKill      Fault = "relay-kill"       // SIGKILL the relay, restart it after Hold
+	FaultRelayTerm      Fault = "relay-term"       // SIGTERM the relay (it must exit 0), restart it after Hold
+	FaultNATSKill       Fault = "nats-kill"        // SIGKILL every nats-server, restart them on their stores after Hold
+	FaultNATSStop       Fault = "nats-stop"        // stop every nats-server gracefully (SIGTERM), restart them after Hold
+	FaultLeaderKill     Fault = "nats-leader-kill" // SIGKILL the nats-server leading the stream, restart it on its store after Hold
+	FaultPGFast         Fault = "pg-fast"          // pg_ctl stop -m fast, start after Hold
+	FaultPGImmediate    Fault = "pg-immediate"     // pg_ctl stop -m immediate (a crash), start after Hold
+	FaultPGReset        Fault = "pg-reset"         // reset the relay's Postgres connections, refuse new ones for Hold
+	FaultPGBlackhole    Fault = "pg-blackhole"     // nothing passes between relay and Postgres for Hold
+	FaultNATSReset      Fault = "nats-reset"       // reset the relay's NATS connections (to every node), refuse new ones for Hold
+	FaultNATSBlackhole  Fault = "nats-blackhole"   // nothing passes between relay and any NATS node for Hold
+	FaultSecondInstance Fault = "second-instance"  // a second relay on the slot for Hold, then one of the two ends
+	FaultBigTx          Fault = "big-tx"           // one large transaction on a table outside the publication
 )
 
 // AllFaults lists every fault kind, in the order summaries print them.
 var AllFaults = []Fault{
-	FaultRelayKill, FaultRelayTerm, FaultNATSKill, FaultNATSStop, FaultPGFast, FaultPGImmediate,
+	FaultRelayKill, FaultRelayTerm, FaultNATSKill, FaultNATSStop, FaultLeaderKill, FaultPGFast, FaultPGImmediate,
 	FaultPGReset, FaultPGBlackhole, FaultNATSReset, FaultNATSBlackhole, FaultSecondInstance, FaultBigTx,
 }
 
@@ -71,22 +74,33 @@ func joinFaults(fs []Fault) string {
 // span is a range of durations drawn uniformly.
 type span struct{ min, max time.Duration }
 
-// holds are how long each kind of fault lasts. Blackholes reach past the
-// relay's silence limit (wal_sender_timeout + its margin, 7.5 s with the
-// test clusters' 5 s) and its ack timeout, and also stay under them.
-var holds = map[Fault]span{
-	FaultRelayKill:      {0, 3 * time.Second},
-	FaultRelayTerm:      {0, 3 * time.Second},
-	FaultNATSKill:       {500 * time.Millisecond, 6 * time.Second},
-	FaultNATSStop:       {500 * time.Millisecond, 6 * time.Second},
-	FaultPGFast:         {500 * time.Millisecond, 5 * time.Second},
-	FaultPGImmediate:    {500 * time.Millisecond, 5 * time.Second},
-	FaultPGReset:        {200 * time.Millisecond, 4 * time.Second},
-	FaultPGBlackhole:    {time.Second, 15 * time.Second},
-	FaultNATSReset:      {200 * time.Millisecond, 4 * time.Second},
-	FaultNATSBlackhole:  {time.Second, 15 * time.Second},
-	FaultSecondInstance: {time.Second, 10 * time.Second},
-	FaultBigTx:          {0, 0},
+// DuplicateWindow is the dedup window of the nemesis's stream: an event
+// published again later than this after it was stored is stored twice.
+const DuplicateWindow = time.Second
+
+// holds are how long each kind of fault lasts, drawn from one of its spans
+// (taken in turn). A relay is restarted within the duplicate window half
+// the time (a resend would be dropped by JetStream, and counted in the
+// relay's duplicate PubAcks, which must stay 0) and past it otherwise (a
+// resend would be stored twice, and the check fails on it). Blackholes
+// reach past the relay's silence limit (wal_sender_timeout + its margin,
+// 7.5 s with the test clusters' 5 s) and its ack timeout, and also stay
+// under them. A killed stream leader stays down past the election of the
+// next one.
+var holds = map[Fault][]span{
+	FaultRelayKill:      {{0, DuplicateWindow}, {DuplicateWindow + 500*time.Millisecond, 5 * time.Second}},
+	FaultRelayTerm:      {{0, DuplicateWindow}, {DuplicateWindow + 500*time.Millisecond, 5 * time.Second}},
+	FaultNATSKill:       {{500 * time.Millisecond, 6 * time.Second}},
+	FaultNATSStop:       {{500 * time.Millisecond, 6 * time.Second}},
+	FaultLeaderKill:     {{time.Second, 10 * time.Second}},
+	FaultPGFast:         {{500 * time.Millisecond, 5 * time.Second}},
+	FaultPGImmediate:    {{500 * time.Millisecond, 5 * time.Second}},
+	FaultPGReset:        {{200 * time.Millisecond, 4 * time.Second}},
+	FaultPGBlackhole:    {{time.Second, 15 * time.Second}},
+	FaultNATSReset:      {{200 * time.Millisecond, 4 * time.Second}},
+	FaultNATSBlackhole:  {{time.Second, 15 * time.Second}},
+	FaultSecondInstance: {{time.Second, 10 * time.Second}},
+	FaultBigTx:          {{0, 0}},
 }
 
 // gaps are the healthy time under load between one fault's recovery and
@@ -146,7 +160,9 @@ type Schedule struct {
 }
 
 // NewSchedule draws steps from seed until their planned time reaches
-// duration. The steps depend only on the seed and the fault kinds: a
+// duration. The kinds are dealt in rounds, each a shuffle of all of them,
+// so that a short run meets most kinds and a long one every kind about
+// equally often. The steps depend only on the seed and the fault kinds: a
 // longer duration extends the schedule of a shorter one.
 func NewSchedule(seed uint64, duration time.Duration, faults []Fault) Schedule {
 	s := Schedule{Seed: seed, Faults: slices.Clone(faults)}
@@ -154,9 +170,22 @@ func NewSchedule(seed uint64, duration time.Duration, faults []Fault) Schedule {
 		return s
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e656d65736973)) // "nemesis"
+	var deck []Fault
+	drawn := map[Fault]int{}
 	for s.Planned < duration {
-		st := Step{N: len(s.Steps) + 1, Fault: faults[rng.IntN(len(faults))], Gap: draw(rng, gaps)}
-		st.Hold = draw(rng, holds[st.Fault])
+		if len(deck) == 0 {
+			for _, i := range rng.Perm(len(faults)) {
+				deck = append(deck, faults[i])
+			}
+		}
+		st := Step{N: len(s.Steps) + 1, Fault: deck[0], Gap: draw(rng, gaps)}
+		deck = deck[1:]
+		spans := holds[st.Fault]
+		// Each kind starts at another span (relay-kill within the
+		// duplicate window, relay-term past it), so that a short run
+		// meets both.
+		st.Hold = draw(rng, spans[(drawn[st.Fault]+slices.Index(faults, st.Fault))%len(spans)])
+		drawn[st.Fault]++
 		switch st.Fault {
 		case FaultSecondInstance:
 			st.EndOlder, st.EndKill = rng.IntN(2) == 0, rng.IntN(2) == 0

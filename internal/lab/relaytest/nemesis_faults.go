@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// inject runs one step: the fault, its hold time, its heal.
+// inject runs one step: the fault, its hold time, its heal. Each fault
+// calls fire at the moment it strikes.
 func (n *Nemesis) inject(st Step) {
 	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -16,23 +17,16 @@ func (n *Nemesis) inject(st Step) {
 		n.stopRelay(n.relays[0], st.Fault == FaultRelayKill)
 		time.Sleep(st.Hold)
 		n.startRelay(st.N)
-	case FaultNATSKill:
-		n.nats.Kill()
+	case FaultNATSKill, FaultNATSStop:
+		n.natsDown(st.Fault == FaultNATSKill)
 		time.Sleep(st.Hold)
-		if err := n.nats.Restart(ctx); err != nil {
-			n.fatalf("restart nats-server: %v", err)
-		}
-	case FaultNATSStop:
-		if err := n.nats.Stop(); err != nil {
-			n.finding("nats-server stop: %v", err)
-		}
-		time.Sleep(st.Hold)
-		if err := n.nats.Restart(ctx); err != nil {
-			n.fatalf("restart nats-server: %v", err)
-		}
+		n.natsUp()
+	case FaultLeaderKill:
+		n.killLeader(ctx, st)
 	case FaultPGFast, FaultPGImmediate:
 		mode := strings.TrimPrefix(string(st.Fault), "pg-")
 		took := time.Now()
+		n.fire()
 		if err := n.cfg.Cluster.Stop(ctx, mode); err != nil {
 			n.fatalf("pg_ctl stop -m %s: %v", mode, err)
 		}
@@ -42,23 +36,35 @@ func (n *Nemesis) inject(st Step) {
 			n.fatalf("pg_ctl start: %v", err)
 		}
 	case FaultPGReset, FaultNATSReset, FaultPGBlackhole, FaultNATSBlackhole:
-		p := n.pgProxy
-		if strings.HasPrefix(string(st.Fault), "nats-") {
-			p = n.natsProxy
-		}
+		n.proxyFault(st)
+	case FaultSecondInstance:
+		n.secondInstance(st)
+	case FaultBigTx:
+		n.fire()
+		n.bigTx(ctx, st)
+	default:
+		n.fatalf("unknown fault %q", st.Fault)
+	}
+}
+
+// proxyFault cuts or blackholes the relay's connections to Postgres or to
+// every NATS node for the hold time.
+func (n *Nemesis) proxyFault(st Step) {
+	ps := []*Proxy{n.pgProxy}
+	if strings.HasPrefix(string(st.Fault), "nats-") {
+		ps = n.natsProxies
+	}
+	n.fire()
+	for _, p := range ps {
 		if strings.HasSuffix(string(st.Fault), "-reset") {
 			p.Cut()
 		} else {
 			p.Blackhole()
 		}
-		time.Sleep(st.Hold)
+	}
+	time.Sleep(st.Hold)
+	for _, p := range ps {
 		p.Restore()
-	case FaultSecondInstance:
-		n.secondInstance(st)
-	case FaultBigTx:
-		n.bigTx(ctx, st)
-	default:
-		n.fatalf("unknown fault %q", st.Fault)
 	}
 }
 
@@ -67,6 +73,7 @@ func (n *Nemesis) inject(st Step) {
 func (n *Nemesis) secondInstance(st Step) {
 	n.t.Helper()
 	older := n.relays[len(n.relays)-1]
+	n.fire()
 	newer := n.startRelay(st.N)
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -86,7 +93,10 @@ func (n *Nemesis) secondInstance(st Step) {
 	time.Sleep(st.Hold)
 	victim := newer
 	if st.EndOlder {
+		// The streaming relay's end is the fault here: stopRelay waits
+		// for its publishes in flight and records them in a new hit.
 		victim = older
+		n.hit = &faultHit{lag: -1}
 	}
 	n.stopRelay(victim, st.EndKill)
 }

@@ -32,6 +32,11 @@ func (n *Nemesis) dumpOnFailure() {
 	}
 	write("schedule.txt", n.cfg.Schedule.String()+"\n")
 	write("postgres.log", n.env.ClusterLog())
+	if n.nats != nil {
+		for i := 0; i < n.nats.Len(); i++ {
+			write(fmt.Sprintf("nats-%s.log", n.nats.Name(i)), n.nats.Output(i))
+		}
+	}
 	var notable []string
 	for _, r := range n.all {
 		logs := r.r.Logs()
@@ -50,18 +55,26 @@ func (n *Nemesis) dumpOnFailure() {
 	}
 }
 
-// Summary is the result in a few lines: seed, faults, events, time.
+// Summary is the result in a few lines: seed, faults, events, rate, how
+// the faults met the pipeline, the check.
 func (r NemesisResult) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "nemesis summary: seed %d, %d faults in %s (whole test %s), %d relay processes\n",
-		r.Seed, r.Steps, r.Faulting.Round(time.Second), r.Total.Round(time.Second), r.Relays)
+	fmt.Fprintf(&b, "nemesis summary: seed %d, %d faults in %s (whole test %s), %d relay processes, NATS a %d-node cluster (stream R%d)\n",
+		r.Seed, r.Steps, r.Faulting.Round(time.Second), r.Total.Round(time.Second), r.Relays, natsNodes, natsNodes)
 	b.WriteString("  faults:")
 	for _, f := range AllFaults {
 		if c := r.Counts[f]; c > 0 {
 			fmt.Fprintf(&b, " %s=%d (recovery ≤%s)", f, c, r.Recovery[f].Round(100*time.Millisecond))
 		}
 	}
-	fmt.Fprintf(&b, "\n  events: %d committed (%d transactions), %d rolled back, %d in commits that failed (the table decides); table %d rows, stream %d messages; %v duplicate PubAcks (absorbed by the 1 s window)",
+	fmt.Fprintf(&b, "\n  relay restarts: %d, %d of them held past the %s duplicate window; stream leaders killed: %d; "+
+		"stream leader elections in the nats-server logs: %d (the first, one per leader killed and per restart of the whole cluster: %d)",
+		r.RelayRestarts, r.PastWindow, DuplicateWindow, len(r.LeaderChanges), r.LeaderElections,
+		1+len(r.LeaderChanges)+r.Counts[FaultNATSKill]+r.Counts[FaultNATSStop])
+	fmt.Fprintf(&b, "\n  in flight: %s", hitSummary(r.Hits))
+	fmt.Fprintf(&b, "\n  load: %d events committed in %s, %.0f a second (target %.0f, fails under %.0f)",
+		r.Check.Committed, r.LoadTime.Round(time.Second), r.Achieved, r.Rate, MinRateShare*r.Rate)
+	fmt.Fprintf(&b, "\n  events: %d committed (%d transactions), %d rolled back, %d in commits that failed (the table decides); table %d rows, stream %d messages; %v duplicate PubAcks (checked after every step)",
 		r.Check.Committed, r.Check.CommittedTx, r.Check.Aborted, r.Unknown, r.Check.Rows, r.Check.Messages, r.DuplicateAcks)
 	fmt.Fprintf(&b, "\n  check: %s", r.Check)
 	return b.String()

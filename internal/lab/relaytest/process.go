@@ -155,11 +155,20 @@ const DuplicateAcksMetric = "outbox_relay_duplicate_acks_total"
 // in flight most of the time.
 func (r *Relay) WaitInFlight(timeout time.Duration) int {
 	r.t.Helper()
+	return int(r.WaitInFlightMetrics(timeout)[InFlightMetric])
+}
+
+// WaitInFlightMetrics is WaitInFlight returning the whole scrape that saw
+// publishes in flight: other series read at that very moment (the
+// duplicate acks of a relay about to be killed).
+func (r *Relay) WaitInFlightMetrics(timeout time.Duration) Metrics {
+	r.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		n, err := r.Metric(InFlightMetric)
-		if err == nil && n > 0 {
-			return int(n)
+		m, err := r.Metrics()
+		n, ok := m[InFlightMetric]
+		if err == nil && ok && n > 0 {
+			return m
 		}
 		if r.Exited() {
 			r.t.Fatalf("relay exited (%v) while the test waited for publishes in flight; log:\n%s", r.err, tail(r.Logs(), 40))
@@ -171,21 +180,44 @@ func (r *Relay) WaitInFlight(timeout time.Duration) int {
 	}
 }
 
+// Metrics is one scrape of a relay's /metrics: each sample by its series,
+// a metric name with its labels when it has any.
+type Metrics map[string]float64
+
+// Metrics scrapes the relay's /metrics.
+func (r *Relay) Metrics() (Metrics, error) {
+	body, err := r.Scrape()
+	if err != nil {
+		return nil, err
+	}
+	m := Metrics{}
+	for _, line := range strings.Split(body, "\n") {
+		// The value is last: label values (row values among them) may
+		// hold spaces.
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m, nil
+}
+
 // Metric scrapes the relay's /metrics and returns the sample named series:
 // a metric name, with its labels when it has any
 // (`outbox_relay_slot_wal_status{status="reserved"}`).
 func (r *Relay) Metric(series string) (float64, error) {
-	body, err := r.Scrape()
+	m, err := r.Metrics()
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(body, "\n") {
-		name, value, ok := strings.Cut(line, " ")
-		if ok && name == series {
-			return strconv.ParseFloat(strings.TrimSpace(value), 64)
-		}
+	v, ok := m[series]
+	if !ok {
+		return 0, fmt.Errorf("/metrics has no %s", series)
 	}
-	return 0, fmt.Errorf("/metrics has no %s", series)
+	return v, nil
 }
 
 // Scrape returns the relay's /metrics page.

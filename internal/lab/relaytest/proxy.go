@@ -54,7 +54,9 @@ func (p *Proxy) Cut() { p.setMode(cut) }
 
 // Blackhole stops all traffic, in both directions, without closing
 // anything, until Restore; then it resets the stalled connections, as a
-// healed partition with timed-out peers would.
+// healed partition with timed-out peers would. A peer that closes its end
+// meanwhile tells the other nothing: only a relay that notices the
+// silence by itself gives up on its connection before the heal.
 func (p *Proxy) Blackhole() { p.setMode(blackhole) }
 
 // Restore lets traffic pass again.
@@ -135,14 +137,15 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && p.current() == blackhole {
-			// Swallowed by the partition, as far as the peers can tell. TCP
-			// never delivers bytes after a gap, so this connection carries
-			// nothing more: once healed it is reset (setMode), and until then
-			// it holds back, never forwarding what comes after.
-			for p.current() == blackhole {
-				time.Sleep(10 * time.Millisecond)
-			}
+		if (n > 0 || err != nil) && p.current() == blackhole {
+			// Swallowed by the partition, as far as the peers can tell: the
+			// bytes, and a close (FIN or reset) too, which a partition does
+			// not deliver either, so a peer that gives up on its side (a
+			// walsender past wal_sender_timeout) tells the other nothing.
+			// TCP never delivers bytes after a gap, so this connection
+			// carries nothing more: once healed it is reset (setMode), and
+			// until then it holds back, never forwarding what comes after.
+			p.holdWhileBlackholed()
 			resetOnClose(src)
 			resetOnClose(dst)
 			return
@@ -158,6 +161,13 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 			return
 		}
+	}
+}
+
+// holdWhileBlackholed returns once the partition heals or the proxy closes.
+func (p *Proxy) holdWhileBlackholed() {
+	for p.current() == blackhole {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/sink"
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
 )
 
 // StreamInOrder reads every message of the stream in stream order; deleted
@@ -77,4 +79,37 @@ func RequireSameSource(t testing.TB, want, got *jetstream.RawStreamMsg) {
 			t.Errorf("%s: %q, the relay's messages have %q", h, got.Header.Get(h), want.Header.Get(h))
 		}
 	}
+}
+
+// FirstStoredSince returns, of the events whose first copy the stream
+// stored at or after since (by the server's timestamps), the first in
+// commit order, and whether there is one. Events published from the table
+// at the slot's creation (commit LSN 0/0) have no place in that order and
+// are left out. After an outage that began before since, it is an event
+// that was not stored, so not acknowledged, when the outage began: the
+// slot must never have been confirmed past its commit.
+func FirstStoredSince(t testing.TB, env *Env, since time.Time) (sink.StoredEvent, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), env.checkBudget())
+	defer cancel()
+	seen := map[string]bool{}
+	var first sink.StoredEvent
+	found := false
+	err := jssink.Messages(ctx, env.StreamHandle(10*time.Second), []string{env.subjectFilter()}, func(m *jetstream.RawStreamMsg) {
+		ev, ok := jssink.ParseStored(m)
+		if !ok || seen[ev.ID] {
+			return
+		}
+		seen[ev.ID] = true
+		if ev.Position.CommitLSN == 0 || m.Time.Before(since) {
+			return
+		}
+		if !found || ev.Position.Less(first.Position) {
+			first, found = ev, true
+		}
+	})
+	if err != nil {
+		t.Fatalf("read the stream: %v", err)
+	}
+	return first, found
 }
