@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -32,18 +31,6 @@ type dlqListCmd struct {
 	JSON    bool     `name:"json" help:"Print JSON."`
 }
 
-// deadLetter is one row of `dlq list`.
-type deadLetter struct {
-	EventID       string     `json:"event_id"`
-	Reason        string     `json:"reason"`
-	CommitLSN     string     `json:"commit_lsn"`
-	DeadLettered  time.Time  `json:"dead_lettered_at"`
-	Retried       *time.Time `json:"retried_at,omitempty"`
-	AggregateType *string    `json:"aggregate_type,omitempty"`
-	AggregateID   *string    `json:"aggregate_id,omitempty"`
-	EventType     *string    `json:"event_type,omitempty"`
-}
-
 func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	tables, err := contract.ParseTables(c.Table...)
 	if err != nil {
@@ -54,21 +41,9 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	defer t.Close()
-	rows, err := t.Query(ctx, `SELECT d.event_id, d.reason, COALESCE(d.commit_lsn::text, ''), d.dead_lettered_at, d.retried_at,
-			e.aggregate_type, e.aggregate_id, e.event_type
-		FROM `+pgx.Identifier{tables[0].Schema, checkpoint.DeadLettersTable}.Sanitize()+` d
-		LEFT JOIN (`+deadLetterRows(tables)+`) e ON e.key = d.event_id
-		WHERE $1 OR d.retried_at IS NULL ORDER BY d.dead_lettered_at`, c.All)
+	list, err := checkpoint.ListDeadLetters(ctx, t, tables, c.All)
 	if err != nil {
-		return fmt.Errorf("read dead letters: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (deadLetter, error) {
-		var d deadLetter
-		err := r.Scan(&d.EventID, &d.Reason, &d.CommitLSN, &d.DeadLettered, &d.Retried, &d.AggregateType, &d.AggregateID, &d.EventType)
-		return d, err
-	})
-	if err != nil {
-		return fmt.Errorf("read dead letters: %w", err)
+		return err
 	}
 	if c.JSON {
 		return printJSON(list)
@@ -88,22 +63,6 @@ func (c *dlqListCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		fmt.Println("no dead letters")
 	}
 	return nil
-}
-
-// deadLetterRows is the SQL of the tables' rows by dead-letter key (see
-// core.DeadLetterKey): the id, or of several tables the qualified id. A
-// relay of several tables keeps its dead letters in its first table's
-// schema.
-func deadLetterRows(tables []contract.Table) string {
-	parts := make([]string, len(tables))
-	for i, table := range tables {
-		key := "id::text"
-		if len(tables) > 1 {
-			key = "'" + strings.ReplaceAll(contract.QualifiedID(table.String(), ""), "'", "''") + "' || id::text"
-		}
-		parts[i] = `SELECT ` + key + ` AS key, aggregate_type::text AS aggregate_type, aggregate_id::text AS aggregate_id, event_type::text AS event_type FROM ` + table.Quoted()
-	}
-	return strings.Join(parts, " UNION ALL ")
 }
 
 // shownID quotes an id that whitespace or control characters would make
@@ -145,11 +104,7 @@ func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	defer t.close()
 	ids := c.ID
 	if c.All {
-		rows, err := t.pool.Query(ctx, `SELECT event_id FROM `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+` WHERE retried_at IS NULL`)
-		if err != nil {
-			return fmt.Errorf("read dead letters: %w", err)
-		}
-		if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		if ids, err = t.store.DeadLetterIDsNotRetried(ctx); err != nil {
 			return err
 		}
 	}
@@ -181,9 +136,8 @@ func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Lo
 		case again:
 			problems = append(problems, fmt.Sprintf("%s was dead-lettered again: %s", id, reason))
 		case !rejected[id]:
-			if _, err := t.pool.Exec(ctx, `UPDATE `+pgx.Identifier{n.table.Schema, checkpoint.DeadLettersTable}.Sanitize()+`
-				SET retried_at = now() WHERE event_id = $1`, id); err != nil {
-				return fmt.Errorf("mark %s retried: %w", id, err)
+			if err := t.store.MarkRetried(ctx, id); err != nil {
+				return err
 			}
 			fmt.Printf("%s published\n", id)
 		}

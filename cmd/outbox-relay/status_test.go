@@ -123,9 +123,9 @@ func TestWatchViewTerminal(t *testing.T) {
 	var b strings.Builder
 	v := &watchView{w: &b, tty: true}
 	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	prev := watchSample{at: at, r: inspect.Report{Slot: "s", Stream: "OUTBOX", Exists: true, Active: true, ActivePID: 7, StreamLastSeq: 100}}
+	prev := inspect.Sample{At: at, Report: inspect.Report{Slot: "s", Stream: "OUTBOX", Exists: true, Active: true, ActivePID: 7, StreamLastSeq: 100}}
 	cur := prev
-	cur.at, cur.r.StreamLastSeq = at.Add(2*time.Second), 120
+	cur.At, cur.Report.StreamLastSeq = at.Add(2*time.Second), 120
 	v.start()
 	v.draw(cur, prev, time.Second)
 	v.stop()

@@ -1,7 +1,8 @@
 // Package inspect reads what `outbox-relay status` shows: the slot and its
 // lag (for a polling relay, the pending rows instead), the relay's record,
 // the dead letters not retried and the stream's last event, and says which
-// of it is a problem. Printing it is the CLI's.
+// of it is a problem; and, for `status --watch`, samples of it over time
+// (Sample) with their figures as text. Printing it is the CLI's.
 package inspect
 
 import (
