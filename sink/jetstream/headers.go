@@ -341,7 +341,12 @@ func formatLSN(lsn pglogrepl.LSN) string {
 // EventMsg returns the message the relay would publish for ev on subject
 // (for tools and benchmarks that publish outside a Publisher).
 func EventMsg(ev *decode.Event, subject string) *nats.Msg {
-	w := newWireMsg()
+	return FormatEventMsg(ev, subject, Format{})
+}
+
+// FormatEventMsg is EventMsg in form f.
+func FormatEventMsg(ev *decode.Event, subject string, f Format) *nats.Msg {
+	w := newWireMsg().withFormat(f)
 	w.fillEvent(ev, subject, "")
 	return &w.msg
 }
