@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
 )
 
 // attempts records when the handler ran for each event.
@@ -414,6 +418,58 @@ func TestTxOptions(t *testing.T) {
 		relaytest.WaitFor(t, 30*time.Second, "message settled", func() bool { return f.settled("billing", last) })
 		if level := <-levels; level != "serializable" {
 			t.Fatalf("the handler's transaction is %q, want serializable", level)
+		}
+	})
+}
+
+// A message in the CloudEvents form yields the fields of the relay's own
+// form, and its attributes decoded; a CloudEvent of another producer,
+// without the relay's headers, gives its subject and type.
+func TestMessageFieldsCloudEvents(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d driver) {
+		f := newFixture(t, d)
+		ev := &decode.Event{ID: eventID(1), AggregateType: "ordér", AggregateID: " Zoë \"42\"\t", EventType: "order.créé",
+			CreatedAt: "2026-12-02T11:36:09.5Z", Payload: []byte(`{"a": "😀"}`),
+			Headers: []decode.Header{{Name: "TraceParent", Value: "00-abc-01"}, {Name: "X-Request-Id", Value: "r 1"}}}
+		format := jssink.Format{CloudEvents: true, CESource: "/postgres/app db/public.outbox_events"}
+		f.publishMsg(jssink.EventMsg(ev, "outbox.order.1"))
+		ev2 := *ev
+		ev2.ID = eventID(2) // a second id: JetStream and processed_events would take the same one for a duplicate
+		f.publishMsg(jssink.FormatEventMsg(&ev2, "outbox.order.2", format))
+		foreign := nats.NewMsg("outbox.other.3")
+		foreign.Header.Set(contract.HeaderMsgID, eventID(3))
+		for k, v := range map[string]string{"Ce-Specversion": "1.0", "ce-id": "x", "ce-source": "/elsewhere", "ce-type": `"com.example.a b"`, "ce-subject": "s%C3%BCb"} {
+			foreign.Header[k] = []string{v}
+		}
+		foreign.Data = []byte(`{}`)
+		last := f.publishMsg(foreign)
+		got := make(chan *Message, 3)
+		f.run(f.consumer("billing", time.Second), func(ctx context.Context, tx testTx, m *Message) error {
+			got <- m
+			return nil
+		})
+		relaytest.WaitFor(t, 30*time.Second, "messages settled", func() bool { return f.settled("billing", last) })
+		if len(got) != 3 {
+			t.Fatalf("%d messages handled, want 3", len(got))
+		}
+		own, ce, other := <-got, <-got, <-got
+		same := func(m *Message, id string) bool {
+			return m.ID == id && m.AggregateType == ev.AggregateType && m.AggregateID == ev.AggregateID && m.EventType == ev.EventType &&
+				string(m.Data) == string(ev.Payload)
+		}
+		if !same(own, ev.ID) || !same(ce, ev2.ID) || own.CloudEvent != nil {
+			t.Fatalf("own form %+v\nCloudEvents form %+v", own, ce)
+		}
+		want := map[string]string{"specversion": "1.0", "id": ev2.ID, "source": format.CESource, "type": ev.EventType,
+			"subject": ev.AggregateID, "time": ev.CreatedAt, "datacontenttype": "application/json", "traceparent": "00-abc-01"}
+		if !maps.Equal(ce.CloudEvent, want) {
+			t.Errorf("attributes %v, want %v", ce.CloudEvent, want)
+		}
+		if ce.Header.Get("X-Request-Id") != "r 1" {
+			t.Errorf("a header no extension can carry is not a plain header: %v", ce.Header)
+		}
+		if other.ID != eventID(3) || other.EventType != "com.example.a b" || other.AggregateID != "süb" || other.CloudEvent["source"] != "/elsewhere" {
+			t.Errorf("another producer's CloudEvent: %+v", other)
 		}
 	})
 }

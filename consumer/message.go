@@ -22,7 +22,9 @@ type Message struct {
 	// message of a relay older than the header.
 	Table string
 	// AggregateType, AggregateID and EventType are the row's values, from
-	// the relay's Outbox-* headers (percent-decoding undone).
+	// the relay's Outbox-* headers (percent-decoding undone), which both of
+	// the relay's forms carry. A CloudEvent without them (another
+	// producer's) gives its subject and type as AggregateID and EventType.
 	AggregateType string
 	AggregateID   string
 	EventType     string
@@ -30,6 +32,14 @@ type Message struct {
 	// Data is the body: the row's payload (jsonb text).
 	Data   []byte
 	Header nats.Header
+	// CloudEvent holds the CloudEvents attributes of a message in that
+	// form (relay --format cloudevents, or any producer following the
+	// binary mode of the CloudEvents NATS binding), decoded from its ce-
+	// headers and keyed by name: id, source, type, subject, time,
+	// datacontenttype, and the extensions (the event's own headers that
+	// became one). A value the binding's decoding refuses is left out.
+	// Nil for a message in the relay's own form.
+	CloudEvent map[string]string
 	// Stream and StreamSeq locate the message in its stream.
 	Stream    string
 	StreamSeq uint64
@@ -57,7 +67,7 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 		}
 		return v
 	}
-	return &Message{
+	m := &Message{
 		ID:            h.Get(contract.HeaderMsgID),
 		Table:         h.Get(contract.HeaderTable),
 		AggregateType: value(contract.HeaderAggregateType),
@@ -66,10 +76,52 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 		Subject:       jm.Subject(),
 		Data:          jm.Data(),
 		Header:        h,
+		CloudEvent:    cloudEvent(h),
 		Stream:        meta.Stream,
 		StreamSeq:     meta.Sequence.Stream,
 		Delivered:     meta.NumDelivered,
-	}, nil
+	}
+	if m.CloudEvent != nil {
+		if len(h.Values(contract.HeaderAggregateID)) == 0 {
+			m.AggregateID = m.CloudEvent["subject"]
+		}
+		if len(h.Values(contract.HeaderEventType)) == 0 {
+			m.EventType = m.CloudEvent["type"]
+		}
+	}
+	return m, nil
+}
+
+// cloudEvent reads the CloudEvents attributes of h, nil when it has none
+// (no ce-specversion: the binding's binary mode always has it). Header
+// names are case-insensitive in NATS.
+func cloudEvent(h nats.Header) map[string]string {
+	var attrs map[string]string
+	for k, vs := range h {
+		name, ok := cutPrefixFold(k, contract.CEPrefix)
+		if !ok || len(vs) == 0 || name == "" {
+			continue
+		}
+		v, err := contract.CEDecode(vs[0])
+		if err != nil {
+			continue
+		}
+		if attrs == nil {
+			attrs = map[string]string{}
+		}
+		attrs[strings.ToLower(name)] = v
+	}
+	if attrs["specversion"] == "" {
+		return nil
+	}
+	return attrs
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
 }
 
 // percentDecode undoes the relay's encoding of header values (%XX).

@@ -42,6 +42,9 @@ type Event struct {
 	// Payload is the payload column's text (JSON for json/jsonb), or the raw
 	// bytes of a bytea column.
 	Payload []byte
+	// Binary says Payload holds a bytea column's bytes rather than JSON
+	// text (a CloudEvent then declares them application/octet-stream).
+	Binary bool
 	// CreatedAt is created_at in RFC 3339, UTC; empty when the table has no
 	// created_at column.
 	CreatedAt string
@@ -94,7 +97,7 @@ type Fields struct {
 // NewEvent builds an Event from column text, copying it into one buffer.
 // Values that make the row unpublishable are reported in Event.Problem.
 func NewEvent(f Fields, pos Position) Event {
-	ev := Event{Position: pos}
+	ev := Event{Position: pos, Binary: f.PayloadIsBytea}
 	var problems []string
 	need := func(name string, v []byte) []byte {
 		if v == nil {

@@ -30,6 +30,9 @@ type devCmd struct {
 	Rate        float64 `name:"rate" default:"2" help:"Demo orders per second."`
 	Count       int     `name:"count" default:"0" help:"Stop after this many orders were consumed (0 runs until Ctrl-C)."`
 	MetricsAddr string  `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+	// formatFlags: with --format cloudevents the demo shows each
+	// CloudEvent as the stream holds it.
+	formatFlags `embed:""`
 }
 
 // devEnv is what `dev` started and must clean up.
@@ -60,6 +63,9 @@ func (c *devCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	// Every tuning knob at its package's default.
 	n, err := defaultNames().parse()
 	if err != nil {
+		return err
+	}
+	if n.format, err = c.formatFlags.parse(pgURL, n.table); err != nil {
 		return err
 	}
 	cfg := n.relayConfig()

@@ -85,13 +85,18 @@ type dlqRetryCmd struct {
 	pgFlags   `embed:""`
 	natsFlags `embed:""`
 	nameFlags `embed:""`
-	ID        []string `name:"id" help:"Event id to retry (repeatable)."`
-	All       bool     `name:"all" help:"Retry every dead letter not retried yet."`
+	// formatFlags: a retried event is published in the relay's form.
+	formatFlags `embed:""`
+	ID          []string `name:"id" help:"Event id to retry (repeatable)."`
+	All         bool     `name:"all" help:"Retry every dead letter not retried yet."`
 }
 
 func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	n, err := c.nameFlags.parse()
 	if err != nil {
+		return err
+	}
+	if n.format, err = c.formatFlags.parse(c.PGURL, n.table, n.more...); err != nil {
 		return err
 	}
 	if len(c.ID) == 0 && !c.All {

@@ -137,6 +137,8 @@ type names struct {
 	subject         sink.Template
 	deadLetter      string
 	duplicateWindow time.Duration
+	// format is set by the commands that publish (formatFlags).
+	format jetstream.Format
 }
 
 // relayConfig is the relay's configuration with these names.
@@ -157,7 +159,7 @@ func (n names) oneTable(what, fix string) error {
 
 // publishing is where events go with these names.
 func (n names) publishing() core.Publishing {
-	return core.Publishing{Stream: n.stream, Subject: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow}
+	return core.Publishing{Stream: n.stream, Subject: n.subject, DeadLetterSubject: n.deadLetter, DuplicateWindow: n.duplicateWindow, Format: n.format}
 }
 
 func (f nameFlags) parse() (names, error) {

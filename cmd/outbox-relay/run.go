@@ -27,6 +27,7 @@ type runCmd struct {
 	primaryFlags `embed:""`
 	natsFlags    `embed:""`
 	nameFlags    `embed:""`
+	formatFlags  `embed:""`
 	streamFlags  `embed:""`
 	relayFlags   `embed:""`
 	pollFlags    `embed:""`
@@ -82,6 +83,9 @@ func (c *runCmd) config() (relay.Config, error) {
 		return relay.Config{}, err
 	}
 	if err := c.relayFlags.validate(); err != nil {
+		return relay.Config{}, err
+	}
+	if n.format, err = c.formatFlags.parse(c.PGURL, n.table, n.more...); err != nil {
 		return relay.Config{}, err
 	}
 	cfg := n.relayConfig()

@@ -17,10 +17,12 @@ type verifyCmd struct {
 	pgFlags   `embed:""`
 	natsFlags `embed:""`
 	nameFlags `embed:""`
-	Since     time.Time `name:"since" format:"2006-01-02T15:04:05Z07:00" help:"Only rows created at or after this time (RFC 3339)."`
-	Until     time.Time `name:"until" format:"2006-01-02T15:04:05Z07:00" help:"Only rows created before this time (RFC 3339)."`
-	Republish bool      `name:"republish" help:"Publish the committed rows the stream lacks (same id, so consumers can dedup), then check again."`
-	JSON      bool      `name:"json" help:"Print the report as JSON."`
+	// formatFlags: --republish publishes in the relay's form.
+	formatFlags `embed:""`
+	Since       time.Time `name:"since" format:"2006-01-02T15:04:05Z07:00" help:"Only rows created at or after this time (RFC 3339)."`
+	Until       time.Time `name:"until" format:"2006-01-02T15:04:05Z07:00" help:"Only rows created before this time (RFC 3339)."`
+	Republish   bool      `name:"republish" help:"Publish the committed rows the stream lacks (same id, so consumers can dedup), then check again."`
+	JSON        bool      `name:"json" help:"Print the report as JSON."`
 }
 
 // errProblems makes verify exit non-zero.
@@ -29,6 +31,9 @@ var errProblems = errors.New("the stream does not match the table")
 func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 	n, err := c.nameFlags.parse()
 	if err != nil {
+		return err
+	}
+	if n.format, err = c.formatFlags.parse(c.PGURL, n.table, n.more...); err != nil {
 		return err
 	}
 	tools, err := openTools(ctx, c.PGURL, c.natsFlags, n)

@@ -20,6 +20,9 @@ type Publishing struct {
 	// StreamSettings are the replicas, storage and limits of a stream the
 	// relay creates.
 	StreamSettings jetstream.StreamSettings
+	// Format is the form of event messages: the relay's own, or
+	// CloudEvents (binary content mode).
+	Format jetstream.Format
 
 	Window       int           // most events awaiting a PubAck
 	WindowBytes  int           // most payload bytes awaiting PubAcks
@@ -37,7 +40,7 @@ func (p Publishing) Validate() error {
 	case p.DeadLetterSubject == "":
 		return errors.New("no dead-letter subject")
 	}
-	return nil
+	return p.Format.Validate()
 }
 
 // StreamSpec is the stream the relay creates, or checks when it exists.
@@ -60,5 +63,6 @@ func (p Publishing) PublisherConfig() jetstream.Config {
 		Window:            p.Window,
 		WindowBytes:       p.WindowBytes,
 		AckTimeout:        p.AckTimeout,
+		Format:            p.Format,
 	}
 }

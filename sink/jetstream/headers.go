@@ -68,6 +68,9 @@ type wireMsg struct {
 	several bool
 	// own are the names of the last event's own headers, removed by reset.
 	own []string
+	// ce, when set, adds CloudEvents attributes to event messages
+	// (cloudevents.go); dead letters keep the relay's own form.
+	ce *ceWire
 }
 
 func newWireMsg() *wireMsg {
@@ -194,7 +197,13 @@ func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
 func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.reset(subject, reply, ev.Payload)
 	w.set(contract.HeaderMsgID, ev.MsgID())
-	w.fillCommon(ev, nil)
+	encoded := w.fillCommon(ev, nil)
+	if w.ce != nil {
+		encoded = w.fillCloudEvent(ev, encoded)
+	} else {
+		encoded = w.fillOwn(ev.Headers, encoded)
+	}
+	w.markEncoded(encoded)
 }
 
 // fillDeadLetter prepares the dead-letter message for ev, stored under id
@@ -206,7 +215,8 @@ func (w *wireMsg) fillDeadLetter(ev *decode.Event, id, subject, reply, original,
 	w.set(contract.HeaderDeadLetterReason, truncateValue(reason))
 	w.set(contract.HeaderOriginalSubject, original)
 	encoded := w.setEncoded(contract.HeaderEventID, truncateValue(ev.ID), nil)
-	w.fillCommon(ev, encoded)
+	encoded = w.fillCommon(ev, encoded)
+	w.markEncoded(w.fillOwn(ev.Headers, encoded))
 	if size := headerSize(w.msg.Header) + len(ev.Payload); size <= maxSize {
 		w.msg.Data = ev.Payload
 	} else {
@@ -231,7 +241,9 @@ func (w *wireMsg) reset(subject, reply string, data []byte) {
 	w.stampSource()
 }
 
-func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
+// fillCommon sets the relay's headers of ev; encoded names the headers
+// percent-encoded so far, and the result those set by now.
+func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) []string {
 	encoded = w.setEncoded(contract.HeaderAggregateType, ev.AggregateType, encoded)
 	encoded = w.setEncoded(contract.HeaderAggregateID, ev.AggregateID, encoded)
 	encoded = w.setEncoded(contract.HeaderEventType, ev.EventType, encoded)
@@ -251,12 +263,22 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	}
 	w.set(contract.HeaderCommitLSN, w.lsnText)
 	w.set(contract.HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
-	// The event's own headers (decode.ParseHeaders keeps them out of the
-	// Nats- and Outbox- namespaces, so they never replace one above).
-	for _, h := range ev.Headers {
+	return encoded
+}
+
+// fillOwn sets the event's own headers as they are (decode.ParseHeaders
+// keeps them out of the Nats- and Outbox- namespaces, so they never
+// replace one of the relay's).
+func (w *wireMsg) fillOwn(hs []decode.Header, encoded []string) []string {
+	for _, h := range hs {
 		encoded = w.setEncoded(h.Name, h.Value, encoded)
 		w.own = append(w.own, h.Name)
 	}
+	return encoded
+}
+
+// markEncoded lists the percent-encoded headers in Outbox-Percent-Encoded.
+func (w *wireMsg) markEncoded(encoded []string) {
 	if len(encoded) > 0 {
 		w.set(contract.HeaderPercentEncoded, strings.Join(encoded, ","))
 	}
@@ -329,7 +351,12 @@ func formatLSN(lsn pglogrepl.LSN) string {
 // EventMsg returns the message the relay would publish for ev on subject
 // (for tools and benchmarks that publish outside a Publisher).
 func EventMsg(ev *decode.Event, subject string) *nats.Msg {
-	w := newWireMsg()
+	return FormatEventMsg(ev, subject, Format{})
+}
+
+// FormatEventMsg is EventMsg in form f.
+func FormatEventMsg(ev *decode.Event, subject string, f Format) *nats.Msg {
+	w := newWireMsg().withFormat(f)
 	w.fillEvent(ev, subject, "")
 	return &w.msg
 }

@@ -69,6 +69,9 @@ type Config struct {
 	// (contract.HeaderReplay, with this value): a one-shot publish from
 	// the table, outside any slot's commit order.
 	Replay string
+	// Format is the form of event messages: the relay's own (the zero
+	// Format) or CloudEvents.
+	Format Format
 	// FirstStored, when set, is called once, when the first message is
 	// stored (its PubAck received), on the goroutine receiving PubAcks,
 	// with the Publisher's lock held: it must not block. The relay ends its
@@ -216,6 +219,9 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 	if cfg.DeadLetterSubject == "" {
 		return nil, errors.New("sink: dead-letter subject is required")
 	}
+	if err := cfg.Format.Validate(); err != nil {
+		return nil, fmt.Errorf("sink: message format: %w", err)
+	}
 	size := 1
 	for size < cfg.Window {
 		size <<= 1
@@ -227,7 +233,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		metrics:  metrics,
 		inbox:    nc.NewInbox() + ".",
 		instance: newInstance(),
-		wire:     newWireMsg().withSource(cfg.Source).withReplay(cfg.Replay),
+		wire:     newWireMsg().withSource(cfg.Source).withReplay(cfg.Replay).withFormat(cfg.Format),
 		subjects: sink.NewSubjectCache(cfg.Subject),
 		ring:     make([]slot, size),
 		mask:     uint64(size - 1),
@@ -417,7 +423,7 @@ func (p *Publisher) connectionSeenLocked(conn uint64) {
 // Rejects returns why ev cannot be published as it is (it would go to the
 // dead-letter subject), or "" when it can.
 func (p *Publisher) Rejects(ev *decode.Event) string {
-	w := newWireMsg().withSource(p.cfg.Source).withReplay(p.cfg.Replay)
+	w := newWireMsg().withSource(p.cfg.Source).withReplay(p.cfg.Replay).withFormat(p.cfg.Format)
 	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
 	p.sendMu.Lock() // guards maxSize
 	defer p.sendMu.Unlock()
@@ -431,6 +437,11 @@ func (p *Publisher) deadLetterReason(ev *decode.Event) string { return p.reasonF
 func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 	if ev.Problem != "" {
 		return ev.Problem
+	}
+	if w.ce != nil {
+		if problem := ceProblem(ev); problem != "" {
+			return problem
+		}
 	}
 	hs := headerSize(w.msg.Header)
 	switch {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,6 +94,33 @@ func (l *loop) relay(m jetstream.Msg) {
 	}
 	l.relayed++
 	fmt.Fprintf(l.out, "relayed   event %s  subject %s  lsn %s  write→stream %s\n", id, m.Subject(), m.Headers().Get(contract.HeaderCommitLSN), latency)
+	l.showCloudEvent(m)
+}
+
+// showCloudEvent prints the CloudEvent a message in that form carries
+// (relay --format cloudevents): its attributes as a CloudEvents reader
+// decodes them from the ce- headers, then its data.
+func (l *loop) showCloudEvent(m jetstream.Msg) {
+	h := m.Headers()
+	if h.Get(contract.HeaderCESpecVersion) == "" {
+		return
+	}
+	var names []string
+	for k := range h {
+		if strings.HasPrefix(k, contract.CEPrefix) {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	fmt.Fprintf(l.out, "          cloudevent (binary mode, NATS binding)\n")
+	for _, k := range names {
+		v, err := contract.CEDecode(h.Get(k))
+		if err != nil {
+			v = fmt.Sprintf("%q (%v)", h.Get(k), err)
+		}
+		fmt.Fprintf(l.out, "            %-17s %s\n", strings.TrimPrefix(k, contract.CEPrefix)+":", v)
+	}
+	fmt.Fprintf(l.out, "            %-17s %s\n", "data:", m.Data())
 }
 
 // poll prints the relayed events the billing consumer has invoiced.
