@@ -68,6 +68,9 @@ type wireMsg struct {
 	several bool
 	// own are the names of the last event's own headers, removed by reset.
 	own []string
+	// traceparent and tracestate, when traceparent is set, are the relay
+	// span's context: they replace the row's own trace headers.
+	traceparent, tracestate string
 }
 
 func newWireMsg() *wireMsg {
@@ -254,11 +257,29 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) {
 	// The event's own headers (decode.ParseHeaders keeps them out of the
 	// Nats- and Outbox- namespaces, so they never replace one above).
 	for _, h := range ev.Headers {
+		if w.traceparent != "" && isTraceHeader(h.Name) {
+			continue // the relay's span continues the row's trace
+		}
 		encoded = w.setEncoded(h.Name, h.Value, encoded)
 		w.own = append(w.own, h.Name)
 	}
+	w.setTrace()
 	if len(encoded) > 0 {
 		w.set(contract.HeaderPercentEncoded, strings.Join(encoded, ","))
+	}
+}
+
+// setTrace puts the relay span's context in the message (see trace.go);
+// reset removes it with the event's own headers.
+func (w *wireMsg) setTrace() {
+	if w.traceparent == "" {
+		return
+	}
+	w.set(headerTraceparent, w.traceparent)
+	w.own = append(w.own, headerTraceparent)
+	if w.tracestate != "" {
+		w.set(headerTracestate, w.tracestate)
+		w.own = append(w.own, headerTracestate)
 	}
 }
 
