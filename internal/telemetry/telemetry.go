@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -57,9 +58,8 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // OTEL_TRACES_EXPORTER=otlp, or an OTLP endpoint
 // (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) with
 // OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
-// OTEL_TRACES_EXPORTER=none. Other exporters and the grpc protocol are
-// refused: the relay links only the OTLP/HTTP exporter (gRPC would add a
-// second network stack to the binary for the same spans).
+// OTEL_TRACES_EXPORTER=none. Other exporters (console, zipkin) and the
+// http/json protocol are refused rather than ignored.
 func Enabled(getenv func(string) string) (bool, error) {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return false, nil
@@ -75,29 +75,42 @@ func Enabled(getenv func(string) string) (bool, error) {
 	default:
 		return false, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: the relay exports traces with otlp only (or none)", exp)
 	}
-	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if p := strings.TrimSpace(protocol); p != "" && p != "http/protobuf" {
-		return false, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: the relay exports OTLP over http/protobuf only (a collector's port 4318)", p)
+	if _, err := protocol(getenv); err != nil {
+		return false, err
 	}
 	return true, nil
 }
 
+// protocol returns the OTLP protocol asked for: http/protobuf (the
+// default, a collector's port 4318) or grpc (4317).
+func protocol(getenv func(string) string) (string, error) {
+	p := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if p == "" {
+		p = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch p = strings.TrimSpace(p); p {
+	case "", "http/protobuf":
+		return "http/protobuf", nil
+	case "grpc":
+		return p, nil
+	}
+	return "", fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: the relay exports OTLP over http/protobuf or grpc", p)
+}
+
 // FromEnv returns the tracing the OTEL_* variables ask for (see Enabled);
 // version is the relay's, for the service.version resource attribute.
-// The exporter, the batch span processor (OTEL_BSP_*), the sampler
-// (OTEL_TRACES_SAMPLER, parent-based by default) and the resource
-// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) read their own variables.
+// The exporter (endpoint, headers, TLS, timeout, compression), the batch
+// span processor (OTEL_BSP_*), the sampler (OTEL_TRACES_SAMPLER,
+// parent-based by default) and the resource (OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES) read their own variables.
 func FromEnv(ctx context.Context, getenv func(string) string, version string) (*Tracing, error) {
 	on, err := Enabled(getenv)
 	if err != nil || !on {
 		return &Tracing{}, err
 	}
-	exp, err := otlptracehttp.New(ctx)
+	exp, err := newExporter(ctx, getenv)
 	if err != nil {
-		return nil, fmt.Errorf("create the OTLP trace exporter: %w", err)
+		return nil, err
 	}
 	res, err := newResource(ctx, version)
 	if err != nil {
@@ -105,6 +118,26 @@ func FromEnv(ctx context.Context, getenv func(string) string, version string) (*
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return &Tracing{provider: tp}, nil
+}
+
+// newExporter returns the OTLP exporter of the protocol asked for. Neither
+// connects here: spans wait in the batch processor until the collector
+// answers, and a collector that is down never delays the relay's start.
+func newExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	p, err := protocol(getenv)
+	if err != nil {
+		return nil, err
+	}
+	var exp sdktrace.SpanExporter
+	if p == "grpc" {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create the OTLP (%s) trace exporter: %w", p, err)
+	}
+	return exp, nil
 }
 
 // newResource names the relay's service: outbox-relay unless
