@@ -66,12 +66,17 @@ func TestHandlerContinuesTrace(t *testing.T) {
 		traced := f.publishTraced(eventID(2))
 		f.run(f.consumer("traced", time.Second), handler("traced"), WithTracerProvider(tp), WithBackoff(20*time.Millisecond, time.Second))
 		relaytest.WaitFor(t, 30*time.Second, "traced consumer settled", func() bool { return f.settled("traced", traced) })
+		// The span ends after the ack the server reports: wait for it.
 		var spans []sdktrace.ReadOnlySpan
-		for _, s := range rec.Ended() {
-			if attr(s, "messaging.message.id") == eventID(2) {
-				spans = append(spans, s)
+		relaytest.WaitFor(t, 10*time.Second, "two spans of event 2", func() bool {
+			spans = spans[:0]
+			for _, s := range rec.Ended() {
+				if attr(s, "messaging.message.id") == eventID(2) {
+					spans = append(spans, s)
+				}
 			}
-		}
+			return len(spans) >= 2
+		})
 		if len(spans) != 2 {
 			t.Fatalf("%d spans for two deliveries of %s", len(spans), eventID(2))
 		}
