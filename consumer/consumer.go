@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Permanent marks err as one that retrying cannot cure (a payload the
@@ -48,6 +49,7 @@ type Consumer struct {
 	txOptions     *pgx.TxOptions // WithTxOptions, for New
 	sqlTxOptions  *sql.TxOptions // WithSQLTxOptions, for NewSQL
 	schema        string
+	tracer        trace.Tracer // WithTracerProvider; nil: no span of its own
 }
 
 // Option configures a Consumer.

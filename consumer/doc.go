@@ -53,6 +53,10 @@
 //     handler still running then sees its context cancelled (and, with
 //     NewSQL, its transaction rolled back by database/sql): nothing of it
 //     commits.
+//   - Traces continue. The handler's context carries the message's trace
+//     context (the relay's span, a child of the producer's), so the
+//     handler's own spans join the producer's trace; WithTracerProvider
+//     adds a consumer span per delivery, failed deliveries marked.
 //
 // Traps:
 //

@@ -26,6 +26,8 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 		_ = jm.Term()
 		return
 	}
+	ctx, span := c.traced(ctx, m)
+	defer span.End()
 	log := c.log.With().Str("event_id", m.ID).Uint64("stream_seq", m.StreamSeq).Uint64("deliveries", m.Delivered).Logger()
 	if m.ID == "" {
 		c.fail(ctx, jm, m, errors.New("message has no Nats-Msg-Id: it cannot be deduplicated"))
@@ -34,13 +36,13 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 
 	tx, err := c.db.begin(ctx)
 	if err != nil {
-		c.retryLater(jm, m, fmt.Errorf("begin: %w", err))
+		c.retryLater(ctx, jm, m, fmt.Errorf("begin: %w", err))
 		return
 	}
 	defer tx.rollback(context.WithoutCancel(ctx)) // a no-op after commit
 	claimed, err := c.store.claim(ctx, tx, c.name, m.ID)
 	if err != nil {
-		c.retryLater(jm, m, err)
+		c.retryLater(ctx, jm, m, err)
 		return
 	}
 	if !claimed {
@@ -56,12 +58,12 @@ func (c *Consumer) process(ctx context.Context, jm jetstream.Msg) {
 			c.fail(ctx, jm, m, err)
 			return
 		}
-		c.retryLater(jm, m, fmt.Errorf("handler: %w", err))
+		c.retryLater(ctx, jm, m, fmt.Errorf("handler: %w", err))
 		return
 	}
 	if err := tx.commit(ctx); err != nil {
 		// Committed or not, a redelivery tells: it finds the row or runs again.
-		c.retryLater(jm, m, fmt.Errorf("commit: %w", err))
+		c.retryLater(ctx, jm, m, fmt.Errorf("commit: %w", err))
 		return
 	}
 	if afterCommit != nil {
@@ -111,7 +113,8 @@ func (c *Consumer) ack(ctx context.Context, jm jetstream.Msg, m *Message) {
 }
 
 // retryLater naks m with the delay for its delivery count.
-func (c *Consumer) retryLater(jm jetstream.Msg, m *Message, err error) {
+func (c *Consumer) retryLater(ctx context.Context, jm jetstream.Msg, m *Message, err error) {
+	spanFailed(ctx, err)
 	delay := c.delay(m.Delivered)
 	c.log.Warn().Err(err).Str("event_id", m.ID).Uint64("deliveries", m.Delivered).Dur("retry_in", delay).Msg("will retry")
 	c.nak(jm, delay, err.Error())
@@ -142,8 +145,9 @@ func (c *Consumer) delay(delivered uint64) time.Duration {
 // fail records m in failed_events, then terminates it. If the record
 // cannot be written, m is naked: a message is never dropped unrecorded.
 func (c *Consumer) fail(ctx context.Context, jm jetstream.Msg, m *Message, cause error) {
+	spanFailed(ctx, cause)
 	if err := c.store.recordFailure(ctx, c.db, c.name, m, cause); err != nil {
-		c.retryLater(jm, m, fmt.Errorf("record failure (%v): %w", cause, err))
+		c.retryLater(ctx, jm, m, fmt.Errorf("record failure (%v): %w", cause, err))
 		return
 	}
 	c.log.Error().Err(cause).Str("event_id", m.recordID()).Uint64("stream_seq", m.StreamSeq).Uint64("deliveries", m.Delivered).

@@ -49,9 +49,11 @@
 //   - Postgres stores jsonb normalized: the published body has its keys
 //     sorted by length then bytes, duplicate keys reduced to the last one,
 //     and its own spacing. Consumers must parse it, never compare bytes.
-//   - Event headers (for example a W3C traceparent) are not supported yet:
-//     the outbox table has no column for them and the relay publishes only
-//     its own headers. Until both exist, put such values in the payload.
+//   - A span in ctx (OpenTelemetry) gives every event without a
+//     traceparent of its own a traceparent and tracestate header, so the
+//     relay's span and the consumer's continue the caller's trace; headers
+//     need the table's headers column (migration 00006). For a table
+//     without it, WithoutTraceContext keeps events header-less.
 //   - Writing through a pool or connection outside a transaction works but
 //     commits the events on their own: that is the dual write the outbox
 //     exists to avoid.

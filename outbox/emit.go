@@ -60,7 +60,7 @@ func EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
 // decoded only when tx commits; outside a transaction each statement
 // commits on its own, the dual write the outbox exists to avoid.
 func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.columns(ctx, events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (w *Writer) Emit(ctx context.Context, tx Tx, events ...Event) ([]string, er
 
 // EmitSQL is Emit for database/sql.
 func (w *Writer) EmitSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.columns(ctx, events)
 	if err != nil || cols == nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ type Writer struct {
 	// event of the call has headers, so tables without it keep working.
 	insertHeadersSQL string
 	prefix           string // of the messages Emit writes
+	noTrace          bool   // WithoutTraceContext
 }
 
 // Option configures a Writer.
@@ -131,7 +132,7 @@ RETURNING id::text`
 // first: if one is invalid, nothing is sent and tx stays usable. Writing
 // no events does nothing.
 func (w *Writer) Write(ctx context.Context, tx Tx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.columns(ctx, events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (w *Writer) Write(ctx context.Context, tx Tx, events ...Event) ([]string, e
 // WriteSQL is Write for database/sql. The arrays travel as Postgres array
 // literals, which every driver passes as text.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, events ...Event) ([]string, error) {
-	cols, err := w.columns(events)
+	cols, err := w.columns(ctx, events)
 	if err != nil || cols == nil {
 		return nil, err
 	}
@@ -203,16 +204,18 @@ type columnArrays struct {
 }
 
 // columns validates events and returns the statement's arrays, or nil for
-// no events.
-func (w *Writer) columns(events []Event) (*columnArrays, error) {
+// no events. Events get ctx's trace context (see trace.go).
+func (w *Writer) columns(ctx context.Context, events []Event) (*columnArrays, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
+	trace := w.traceHeaders(ctx)
 	cols := &columnArrays{}
 	for i := range cols.values {
 		cols.values[i] = make([]string, len(events))
 	}
 	for i, ev := range events {
+		ev.Headers = withTrace(ev.Headers, trace)
 		r, err := prepare(i, ev, w.maxMessage)
 		if err != nil {
 			return nil, err
@@ -257,7 +260,7 @@ func (w *Writer) statement(cols *columnArrays) string {
 func (w *Writer) insertErr(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" && strings.Contains(pgErr.Message, `"headers"`) {
-		return fmt.Errorf("insert outbox events into %s: the table has no headers column for the events' headers (run `outbox-relay migrate`, migration 00006, or write events without Headers): %w", w.table, err)
+		return fmt.Errorf("insert outbox events into %s: the table has no headers column for the events' headers (run `outbox-relay migrate`, migration 00006, or write events without Headers; the caller's trace context is one: outbox.WithoutTraceContext): %w", w.table, err)
 	}
 	return fmt.Errorf("insert outbox events into %s: %w", w.table, err)
 }

@@ -107,6 +107,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	record := core.RecordDeadLetter(checkpoint.NewStore(pool, cfg.Table.Schema, cfg.Slot))
 	pc.RecordDeadLetter = record
 	pc.Source = p.source(ctx, pool)
+	pc.Tracer = p.deps.Tracer
 	pub, err := stream.NewPublisher(pc, log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(p.deps.Registry))
 	if err != nil {
 		return err

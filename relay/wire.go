@@ -194,6 +194,7 @@ func (r *Relay) newPublisher(ctx context.Context, stream *jetstream.Stream, stor
 	cfg := r.cfg.PublisherConfig()
 	cfg.RecordDeadLetter = core.RecordDeadLetter(store)
 	cfg.Source = stamp
+	cfg.Tracer = r.deps.Tracer
 	trace := startup.FromContext(ctx)
 	cfg.FirstStored = func() { trace.Finish("first PubAck") }
 	return stream.NewPublisher(cfg, r.deps.Log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(r.deps.Registry))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/core"
+	"github.com/outbox-relay/outbox-relay/internal/telemetry"
 	"github.com/outbox-relay/outbox-relay/sink/jetstream"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,14 +161,21 @@ type runner interface {
 	Ready() error
 }
 
-// serve runs the relay build returns, with NATS and the metrics server.
+// serve runs the relay build returns, with NATS, the metrics server and,
+// when the OTEL_* variables ask for it, tracing.
 func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr string, log zerolog.Logger, build func(core.Deps) (runner, error)) error {
+	tracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after the relay's drain, whose
+	// PubAcks end the last spans.
+	defer stopTracing(ctx, tracing, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(readBuildInfo().collector())
 	health := newHealth()
 	var srv *metricsServer
 	if metricsAddr != "" {
-		var err error
 		if srv, err = newMetricsServer(metricsAddr, reg, health, log); err != nil {
 			return err
 		}
@@ -179,7 +187,7 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 		return err
 	}
 	defer nc.Close()
-	r, err := build(core.Deps{NATS: nc, Registry: reg, Log: log})
+	r, err := build(core.Deps{NATS: nc, Registry: reg, Log: log, Tracer: tracing.Provider()})
 	if err != nil {
 		return err
 	}
@@ -196,4 +204,26 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 		}()
 	}
 	return r.Run(ctx)
+}
+
+// startTracing sets up tracing as the OTEL_* variables ask (off when they
+// do not; see internal/telemetry).
+func startTracing(ctx context.Context, log zerolog.Logger) (*telemetry.Tracing, error) {
+	tracing, err := telemetry.FromEnv(ctx, os.Getenv, readBuildInfo().Version)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if tracing.Provider() != nil {
+		log.Info().Msg("tracing: a span per event, exported over OTLP/HTTP as the OTEL_* variables say")
+	}
+	return tracing, nil
+}
+
+// stopTracing flushes the spans still queued, within
+// telemetry.ShutdownTimeout: a collector that is down costs the relay's
+// exit that long at most, and its spans.
+func stopTracing(ctx context.Context, tracing *telemetry.Tracing, log zerolog.Logger) {
+	if err := tracing.Shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("tracing: spans not flushed at shutdown")
+	}
 }

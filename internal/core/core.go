@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -25,11 +26,14 @@ import (
 
 // Deps are what a relay is given rather than builds: a NATS connection
 // (the caller owns it and closes it after Run), the registry its metrics
-// go to, and its logger.
+// go to, its logger, and the TracerProvider its events' spans come from
+// (nil: not traced; the caller owns it and shuts it down after Run, so
+// that the spans of the drain are flushed).
 type Deps struct {
 	NATS     *nats.Conn
 	Registry prometheus.Registerer
 	Log      zerolog.Logger
+	Tracer   trace.TracerProvider
 }
 
 // Check fills in a missing registry and refuses missing dependencies;

@@ -107,6 +107,9 @@ func (w *wireMsg) fillCloudEvent(ev *decode.Event, encoded []string) []string {
 		w.setCE(contract.HeaderCETime, ev.CreatedAt)
 	}
 	for _, h := range ev.Headers {
+		if w.traceparent != "" && isTraceHeader(h.Name) {
+			continue // the relay's span continues the row's trace (setCETrace)
+		}
 		switch ceHeaderKind(h.Name) {
 		case ceExtension:
 			attr, _ := contract.CEExtension(h.Name)
@@ -116,7 +119,21 @@ func (w *wireMsg) fillCloudEvent(ev *decode.Event, encoded []string) []string {
 			w.own = append(w.own, h.Name)
 		}
 	}
+	w.setCETrace()
 	return encoded
+}
+
+// setCETrace puts the relay span's context in the CloudEvents form: the
+// distributed tracing extension (ce-traceparent, ce-tracestate), where the
+// row's own traceparent goes in this form too.
+func (w *wireMsg) setCETrace() {
+	if w.traceparent == "" {
+		return
+	}
+	w.setCE(contract.CEPrefix+headerTraceparent, contract.CEEncode(w.traceparent))
+	if w.tracestate != "" {
+		w.setCE(contract.CEPrefix+headerTracestate, contract.CEEncode(w.tracestate))
+	}
 }
 
 // setCE sets a CloudEvents header; reset removes it, so that a dead

@@ -184,3 +184,18 @@ func TestCloudEventSourceOfItsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudEventTraceOfTheRelaySpan: with a relay span, its context is the
+// event's ce-traceparent, in place of the row's; no plain traceparent.
+func TestCloudEventTraceOfTheRelaySpan(t *testing.T) {
+	w := newWireMsg().withFormat(Format{CloudEvents: true, CESource: "/s"})
+	w.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	row := []decode.Header{{Name: "traceparent", Value: "00-11111111111111111111111111111111-2222222222222222-01"}}
+	w.fillEvent(&decode.Event{ID: "1", EventType: "t", Headers: row, Payload: []byte(`{}`)}, "s", "r")
+	if got := w.msg.Header.Get(contract.CEPrefix + "traceparent"); got != w.traceparent {
+		t.Errorf("ce-traceparent %q, want the relay span's %q", got, w.traceparent)
+	}
+	if got := w.msg.Header.Values("traceparent"); len(got) != 0 {
+		t.Errorf("a plain traceparent beside the CloudEvents one: %q", got)
+	}
+}

@@ -71,6 +71,9 @@ type wireMsg struct {
 	// ce, when set, adds CloudEvents attributes to event messages
 	// (cloudevents.go); dead letters keep the relay's own form.
 	ce *ceWire
+	// traceparent and tracestate, when traceparent is set, are the relay
+	// span's context: they replace the row's own trace headers.
+	traceparent, tracestate string
 }
 
 func newWireMsg() *wireMsg {
@@ -268,12 +271,17 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) []string {
 
 // fillOwn sets the event's own headers as they are (decode.ParseHeaders
 // keeps them out of the Nats- and Outbox- namespaces, so they never
-// replace one of the relay's).
+// replace one of the relay's). With a relay span, its context replaces
+// the row's trace headers: the relay's span continues the row's trace.
 func (w *wireMsg) fillOwn(hs []decode.Header, encoded []string) []string {
 	for _, h := range hs {
+		if w.traceparent != "" && isTraceHeader(h.Name) {
+			continue
+		}
 		encoded = w.setEncoded(h.Name, h.Value, encoded)
 		w.own = append(w.own, h.Name)
 	}
+	w.setTrace()
 	return encoded
 }
 
@@ -281,6 +289,20 @@ func (w *wireMsg) fillOwn(hs []decode.Header, encoded []string) []string {
 func (w *wireMsg) markEncoded(encoded []string) {
 	if len(encoded) > 0 {
 		w.set(contract.HeaderPercentEncoded, strings.Join(encoded, ","))
+	}
+}
+
+// setTrace puts the relay span's context in the message (see trace.go);
+// reset removes it with the event's own headers.
+func (w *wireMsg) setTrace() {
+	if w.traceparent == "" {
+		return
+	}
+	w.set(headerTraceparent, w.traceparent)
+	w.own = append(w.own, headerTraceparent)
+	if w.tracestate != "" {
+		w.set(headerTracestate, w.tracestate)
+		w.own = append(w.own, headerTracestate)
 	}
 }
 

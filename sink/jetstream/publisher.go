@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -77,6 +78,9 @@ type Config struct {
 	// with the Publisher's lock held: it must not block. The relay ends its
 	// start-up trace there.
 	FirstStored func()
+	// Tracer, when set, traces every event from its commit to its PubAck
+	// (see trace.go); nil turns tracing off at no cost per event.
+	Tracer trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -126,7 +130,8 @@ type Publisher struct {
 	cfg     Config
 	log     zerolog.Logger
 	metrics *Metrics
-	inbox   string // replies arrive on inbox + "<seq>.<attempt>"
+	tracer  *tracer // nil: not traced
+	inbox   string  // replies arrive on inbox + "<seq>.<attempt>"
 	sub     *nats.Subscription
 	maxSize int
 	// instance tells this publisher's dead letters of events read from
@@ -210,6 +215,7 @@ type slot struct {
 	size       int
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
 	bare       bool   // the dead letter was refused too: send it without payload
+	span       eventSpan
 }
 
 // NewPublisher subscribes to PubAck replies on nc and returns a Publisher.
@@ -231,6 +237,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		cfg:      cfg,
 		log:      log,
 		metrics:  metrics,
+		tracer:   newTracer(cfg.Tracer, cfg.Subject),
 		inbox:    nc.NewInbox() + ".",
 		instance: newInstance(),
 		wire:     newWireMsg().withSource(cfg.Source).withReplay(cfg.Replay).withFormat(cfg.Format),
@@ -268,8 +275,17 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 	return p, nil
 }
 
-// Close stops receiving PubAcks.
-func (p *Publisher) Close() error { return p.sub.Unsubscribe() }
+// Close stops receiving PubAcks. The spans of events still unacknowledged
+// end, marked so.
+func (p *Publisher) Close() error {
+	err := p.sub.Unsubscribe()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for seq := p.head; seq < p.next; seq++ {
+		p.ring[seq&p.mask].span.abandoned()
+	}
+	return err
+}
 
 // Offer queues ev for publishing and returns its sequence number. It never
 // blocks: ok is false when the window is full; wait on Room and offer again.
@@ -281,6 +297,10 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
+	var span eventSpan
+	if p.tracer != nil {
+		span = p.tracer.start(ev)
+	}
 	since := ev.CommitTime
 	if since.IsZero() {
 		since = time.Now()
@@ -291,7 +311,7 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 	seq = p.next
 	p.next++
 	s := &p.ring[seq&p.mask]
-	*s = slot{seq: seq, ev: *ev, size: size, since: since}
+	*s = slot{seq: seq, ev: *ev, size: size, since: since, span: span}
 	p.bytes += size
 	send := p.healthy
 	p.mu.Unlock()
@@ -384,10 +404,10 @@ func (p *Publisher) sendQueued(probe bool) {
 		s.state, s.sentAt, s.conn = sent, time.Now(), conn
 		// Copy what the wire needs: once the lock is released a late reply
 		// may settle the slot and the ring may reuse it.
-		seq, attempt, ev, deadLetter, bare := s.seq, s.attempt, s.ev, s.deadLetter, s.bare
+		seq, attempt, ev, deadLetter, bare, span := s.seq, s.attempt, s.ev, s.deadLetter, s.bare, s.span
 		p.mu.Unlock()
 
-		if err := p.write(seq, attempt, &ev, deadLetter, bare); err != nil {
+		if err := p.write(seq, attempt, &ev, deadLetter, bare, &span); err != nil {
 			p.settle(seq, attempt, reply{err: err})
 		}
 		if probe {
@@ -424,6 +444,9 @@ func (p *Publisher) connectionSeenLocked(conn uint64) {
 // dead-letter subject), or "" when it can.
 func (p *Publisher) Rejects(ev *decode.Event) string {
 	w := newWireMsg().withSource(p.cfg.Source).withReplay(p.cfg.Replay).withFormat(p.cfg.Format)
+	if p.tracer != nil {
+		w.traceparent = traceparentSized // the size the span's will have
+	}
 	w.fillEvent(ev, p.cfg.Subject.Render(ev), p.inbox)
 	p.sendMu.Lock() // guards maxSize
 	defer p.sendMu.Unlock()
@@ -455,10 +478,12 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 
 // write puts one message on the connection. An event that cannot be
 // published as it is (a Problem, or too large) goes to the dead-letter
-// subject instead: it is never sent as is.
-func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool) error {
+// subject instead: it is never sent as is. The message carries span's
+// trace context when the event is traced.
+func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool, span *eventSpan) error {
 	replyTo := p.replySubject(seq, attempt)
 	subject := p.subjects.Render(ev)
+	p.wire.traceparent, p.wire.tracestate = span.traceparent, span.tracestate
 	if deadLetter == "" {
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
@@ -477,6 +502,9 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 		p.log.Warn().Str("event_id", ev.ID).Str("table", ev.Table).Str("event_type", ev.EventType).Str("aggregate_id", ev.AggregateID).
 			Str("lsn", formatLSN(ev.Position.CommitLSN)).Str("reason", deadLetter).
 			Msg("event cannot be published as it is: sending it to the dead-letter subject")
+	}
+	if deadLetter != "" {
+		span.deadLettered(p.cfg.DeadLetterSubject, deadLetter)
 	}
 	return p.nc.PublishMsg(&p.wire.msg)
 }
@@ -602,6 +630,7 @@ func (p *Publisher) storedLocked(s *slot, r reply) {
 		s.state = acked
 	}
 	p.metrics.AckLatency.Observe(time.Since(s.sentAt).Seconds())
+	s.span.stored(r, s.deadLetter)
 	if !p.stored {
 		p.stored = true
 		if p.cfg.FirstStored != nil {
@@ -675,6 +704,7 @@ func (p *Publisher) advanceLocked() {
 func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.Failures.WithLabelValues(failureReason(err)).Inc()
 	p.metrics.failed(s.ev.EventType)
+	s.span.failed(err)
 	p.lastFailure = err
 	if !p.healthy {
 		return
