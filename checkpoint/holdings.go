@@ -28,6 +28,7 @@ import (
 // (commit LSN 0/0: a row published from the table by another slot's
 // take-up, a polling relay, verify --republish or dlq retry) stored in the
 // tail holds its event by id alone: the id names one event of the table.
+// A copy `replay` published holds nothing, whatever its id.
 type Holdings struct {
 	stored Stored
 	// ids are the ids of the table's messages without a position.
@@ -45,6 +46,9 @@ type Holdings struct {
 func ReadHoldings(ctx context.Context, r sink.Reader, from pglogrepl.LSN) (*Holdings, error) {
 	h := &Holdings{from: from, qualify: r.Owner().Several()}
 	err := r.Tail(ctx, from, func(ev sink.StoredEvent) {
+		if ev.Copy() {
+			return // replay's copy of an event: it holds nothing (sink.StoredEvent.Copy)
+		}
 		if ev.Position.CommitLSN == 0 {
 			h.addID(ev.ID)
 			return

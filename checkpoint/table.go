@@ -19,7 +19,8 @@ import (
 // their identity: the ids (sink.StoredID) of the messages of the table
 // (sink.OfTable: its Postgres system and table, whatever slot, polling
 // relay or one-shot command published them, and messages of relays older
-// than the Outbox-Source-* headers). It answers "does the stream hold this
+// than the Outbox-Source-* headers), except the copies `replay` publishes
+// (sink.StoredEvent.Copy), which hold no event. It answers "does the stream hold this
 // row's event?" for the rows a take-up reads from the table (the rows
 // present at a new slot's creation, a repair's), so that a new or renamed
 // slot, a lost record, a repair or a second deployment publishes only what
@@ -70,7 +71,7 @@ func ReadTableHoldings(ctx context.Context, r sink.Reader, oldest time.Time, log
 	next := began.Add(progressEvery)
 	err := r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
 		h.read++
-		if ok && ev.ID != "" && sink.OfTable(ev, owner) {
+		if ok && ev.ID != "" && !ev.Copy() && sink.OfTable(ev, owner) {
 			for _, id := range heldIDs(ev, owner) {
 				if tooMany = h.add(id); tooMany != nil {
 					return false

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
@@ -63,6 +64,9 @@ func TestTableHoldings(t *testing.T) {
 		{sink.StoredEvent{ID: "db2", Source: otherDB}, true, false},
 		{sink.StoredEvent{ID: "c2", Source: otherCluster}, true, false},
 		{sink.StoredEvent{ID: "unreadable", Source: tableSource}, false, false},
+		{sink.StoredEvent{ID: "republished", Source: tableSource, Replay: contract.ReplayRepublish}, true, true},
+		// replay's copy holds nothing, even under an id a row could have
+		{sink.StoredEvent{ID: "copied", Source: tableSource, Replay: contract.ReplayCopy}, true, false},
 	}
 	r := &scanReader{owner: tableSource, n: len(msgs), ev: func(i int) (sink.StoredEvent, bool) { return msgs[i].ev, msgs[i].ok }}
 	oldest := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
@@ -73,8 +77,8 @@ func TestTableHoldings(t *testing.T) {
 	if want := oldest.Add(-ClockMargin); !r.since.Equal(want) {
 		t.Errorf("read from %s, want %s", r.since, want)
 	}
-	if h.Read() != len(msgs) || h.Len() != 5 {
-		t.Errorf("read %d, held %d; want %d and 5", h.Read(), h.Len(), len(msgs))
+	if h.Read() != len(msgs) || h.Len() != 6 {
+		t.Errorf("read %d, held %d; want %d and 6", h.Read(), h.Len(), len(msgs))
 	}
 	for _, m := range msgs {
 		if got := h.Holds(&decode.Event{ID: m.ev.ID}); got != m.held {

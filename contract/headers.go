@@ -70,9 +70,9 @@ const (
 	HeaderSourceTable = "Outbox-Source-Table"
 
 	// HeaderReplay marks a message published again from the table by
-	// hand, outside any slot's order (verify --republish, dlq retry): its
-	// value says which. Such a message never tells a relay where its
-	// replay starts.
+	// hand, outside any slot's order (verify --republish, dlq retry,
+	// replay): its value says which. Such a message never tells a relay
+	// where its replay starts.
 	HeaderReplay = "Outbox-Replay"
 
 	// Dead-letter messages carry these as well.
@@ -163,4 +163,10 @@ const (
 	ReplayRepublish = "verify-republish"
 	// ReplayRetry is `dlq retry`.
 	ReplayRetry = "dlq-retry"
+	// ReplayCopy is `replay`: a copy of an event already delivered,
+	// republished for consumers that rebuild a projection, under its own
+	// Nats-Msg-Id (ReplayMsgID). Unlike the other two it delivers nothing
+	// the relay owes: verify, the resume logic and the identity checks
+	// leave it out.
+	ReplayCopy = "replay"
 )

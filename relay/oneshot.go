@@ -38,12 +38,20 @@ type OneShot struct {
 // search, which they would mislead (LSN 0 stored after later commits),
 // passes over them.
 func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store *checkpoint.Store, replay string, log zerolog.Logger) (*OneShot, error) {
+	return newOneShot(ctx, stream, cfg, store, replay, core.RecordDeadLetter(store), log)
+}
+
+// newOneShot is NewOneShot with the dead letters recorded by record, or
+// only remembered when it is nil (replay's copies: a copy dead-lettered is
+// no event the relay failed to deliver, and `dlq retry` would publish it
+// to the relay's subjects).
+func newOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store *checkpoint.Store, replay string,
+	record func(context.Context, *decode.Event, string, string) error, log zerolog.Logger) (*OneShot, error) {
 	src, err := oneShotSource(ctx, cfg, store, log)
 	if err != nil {
 		return nil, err
 	}
 	o := &OneShot{dead: map[string]string{}}
-	record := core.RecordDeadLetter(store)
 	pc := cfg.PublisherConfig()
 	pc.Window, pc.WindowBytes, pc.AckTimeout = 0, 0, 0 // the defaults, whatever the relay's
 	pc.Source = src.stampOrNil()
@@ -52,6 +60,9 @@ func NewOneShot(ctx context.Context, stream *jetstream.Stream, cfg Config, store
 		o.mu.Lock()
 		o.dead[core.DeadLetterKey(ev)] = reason
 		o.mu.Unlock()
+		if record == nil {
+			return nil
+		}
 		return record(ctx, ev, stored, reason)
 	}
 	pub, err := stream.NewPublisher(pc, log, jetstream.NewMetrics(prometheus.NewRegistry()))

@@ -41,7 +41,8 @@ type StoredEvent struct {
 }
 
 // OneShot reports whether the message was published from the table by
-// hand (verify --republish, dlq retry), after messages of later commits:
+// hand (verify --republish, dlq retry, replay), after messages of later
+// commits:
 // it has no place in its relay's commit order, so it never tells where a
 // replay starts. Messages published before the Outbox-Replay header are
 // recognised by what only they carry: commit LSN 0/0 with the slot's
@@ -50,6 +51,15 @@ type StoredEvent struct {
 func (ev StoredEvent) OneShot() bool {
 	return ev.Replay != "" || (ev.Position.CommitLSN == 0 && ev.Source.Origin != 0)
 }
+
+// Copy reports whether the message is a copy `replay` republished for
+// consumers that rebuild (contract.ReplayCopy): it is a OneShot too, and
+// unlike the others it delivers nothing, so it holds no event of the
+// table for verify, the resume logic or the identity checks (a
+// republished or retried message delivers its event; a copy only repeats
+// one, under another id). It is told by its marker alone: a row's own id
+// may read like a copy's (contract.ReplayMsgID).
+func (ev StoredEvent) Copy() bool { return ev.Replay == contract.ReplayCopy }
 
 // StoredID returns the id under which a destination holds ev, as it is
 // read back: the event's message id (ev.MsgID: its id, qualified by its

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/decode"
 )
 
 // A dead letter is recorded under its row's id whenever the row has one,
@@ -25,6 +26,29 @@ func TestDeadLetterKey(t *testing.T) {
 	} {
 		if got := DeadLetterKey(tc.id, stored); got != tc.want {
 			t.Errorf("DeadLetterKey(%.20q) = %.20q, want %.20q", tc.id, got, tc.want)
+		}
+	}
+}
+
+// Only replay's copies are copies; every message published by hand is a
+// one-shot. A row whose own id reads like a copy's is no copy.
+func TestCopyAndOneShot(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ev            StoredEvent
+		copy, oneShot bool
+	}{
+		{"relay", StoredEvent{ID: "1"}, false, false},
+		{"republish", StoredEvent{ID: "1", Replay: contract.ReplayRepublish}, false, true},
+		{"retry", StoredEvent{ID: "1", Replay: contract.ReplayRetry}, false, true},
+		{"copy", StoredEvent{ID: contract.ReplayMsgID("r", "1"), Replay: contract.ReplayCopy}, true, true},
+		{"row id like a copy's", StoredEvent{ID: contract.ReplayMsgID("r", "1"), Position: decode.Position{CommitLSN: 0x10}}, false, false},
+	} {
+		if got := tc.ev.Copy(); got != tc.copy {
+			t.Errorf("%s: Copy() = %v, want %v", tc.name, got, tc.copy)
+		}
+		if got := tc.ev.OneShot(); got != tc.oneShot {
+			t.Errorf("%s: OneShot() = %v, want %v", tc.name, got, tc.oneShot)
 		}
 	}
 }

@@ -232,6 +232,9 @@ func (c *comparison) add(ev sink.StoredEvent, ok bool) {
 	if ok && !sink.OfTable(ev, c.opts.Source) {
 		return // another table's message, in a shared stream
 	}
+	if ok && ev.Copy() {
+		return // a copy published by replay, for consumers that rebuild: not a delivery
+	}
 	if ev.ID != "" {
 		key, ours := c.key(ev)
 		if !ours {

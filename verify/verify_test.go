@@ -123,6 +123,14 @@ func TestComparison(t *testing.T) {
 			messages: 3,
 		},
 		{
+			name: "replay's copies are no delivery, and no duplicate",
+			rows: []string{"a", "b"},
+			msgs: []*jetstream.RawStreamMsg{stored("a", "1", 0x10, 0), stored("b", "1", 0x20, 0),
+				with(stored(contract.ReplayMsgID("r1", "a"), "1", 0, 0), contract.HeaderReplay, contract.ReplayCopy),
+				with(stored("b", "1", 0, 1), contract.HeaderReplay, contract.ReplayCopy)},
+			messages: 2,
+		},
+		{
 			name:     "a dead letter delivers its event, outside the order",
 			rows:     []string{"a", "b"},
 			msgs:     []*jetstream.RawStreamMsg{stored("b", "1", 0x20, 0), deadLetter("a", "1", 0x10)},

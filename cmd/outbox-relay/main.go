@@ -31,6 +31,7 @@ type cli struct {
 	Status       statusCmd  `cmd:"" help:"Show the slot (with --source poll, the pending rows), its lag and the last event in the stream."`
 	devCommand   `embed:""` // lab.go; a hidden stand-in in the production build (nolab.go)
 	Verify       verifyCmd  `cmd:"" help:"Compare the table with the stream: missing, extra, duplicated and reordered events; exits 1 on any."`
+	Replay       replayCmd  `cmd:"" help:"Republish the rows committed in a time range, in commit order, as marked copies, for consumers that rebuild (docs/writing-and-consuming.md)."`
 	DLQ          dlqCmd     `cmd:"" name:"dlq" help:"See and retry dead-lettered events."`
 	benchCommand `embed:""` // lab.go; a hidden stand-in in the production build (nolab.go)
 	Doctor       doctorCmd  `cmd:"" help:"Check that Postgres and NATS are set up for the relay (with --source poll, for the polling relay); prints each problem with its fix, exits 1 on any error."`

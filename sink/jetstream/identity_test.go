@@ -140,10 +140,11 @@ func TestReadTailOnlyItsTable(t *testing.T) {
 		crafted{id: "b2", at: at(0x400, 0), src: newTimeline},                               // B's, after a promotion
 		crafted{id: "a2", at: at(0x500, 0), src: relayA},                                    // A's, later
 		crafted{id: "b-again", at: at(0, 0), src: relayB, replay: contract.ReplayRepublish}, // republished by hand
+		crafted{id: "b-copied", at: at(0, 2), src: relayB, replay: contract.ReplayCopy},     // replay's copy, under an id a row could have
 	)
 	tail := Tail{Stream: e.stream, Subject: "outbox.>", DeadLetterSubject: testDeadLetter, From: 0x300, Source: relayB}
 	got := describe(readTail(t, tail))
-	want := []string{"b1@0/300#0", "slot-1@0/300#2", "b-dead@0/300#4(dead)", "v2-1@0/300#6", "old-1@0/300#7", "v2-row@0/0#0", "b2@0/400#0", "b-again@0/0#0"}
+	want := []string{"b1@0/300#0", "slot-1@0/300#2", "b-dead@0/300#4(dead)", "v2-1@0/300#6", "old-1@0/300#7", "v2-row@0/0#0", "b2@0/400#0", "b-again@0/0#0", "b-copied@0/0#2"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("relay B's tail holds %v, want %v", got, want)
 	}
@@ -175,6 +176,7 @@ func TestReadTailOnlyItsTable(t *testing.T) {
 		{"b-other", at(0x400, 0), false}, // the position is b2's, the id is not
 		{"b2", at(0x400, 0), true},
 		{"b-again", at(0x450, 0), true},
+		{"b-copied", at(0x460, 0), false}, // a copy delivers nothing: the event is published
 	} {
 		ev := &decode.Event{ID: c.id, Position: c.p}
 		if got, _ := held.Holds(ev); got != c.skip {
@@ -208,6 +210,7 @@ func TestReadTailPassesOverOneShots(t *testing.T) {
 	for name, last := range map[string]crafted{
 		"marked":   {id: "again", at: at(0, 0), src: relayB, replay: contract.ReplayRetry},
 		"unmarked": {id: "again", at: at(0, 0), src: relayB},
+		"copy":     {id: "again", at: at(0, 0), src: relayB, replay: contract.ReplayCopy}, // by replay, into the relay's stream
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newTestEnv(t, natsjs.StreamConfig{})

@@ -272,6 +272,11 @@ func TestWireTableIdentity(t *testing.T) {
 	if w.msg.Header.Get(contract.HeaderReplay) != contract.ReplayRetry {
 		t.Errorf("a dead letter of a one-shot publish is not marked: %v", w.msg.Header)
 	}
+	copied := newWireMsg().withSource(sink.NewStamp(src)).withReplay(contract.ReplayCopy)
+	copied.fillEvent(&decode.Event{ID: contract.ReplayMsgID("r1", "id-1"), AggregateType: "order", AggregateID: "42", EventType: "created"}, "replay.outbox.order.created", "r")
+	if got, ok := ParseStored(&natsjs.RawStreamMsg{Header: copied.msg.Header}); !ok || !got.Copy() || !got.OneShot() || got.ID != "replay/r1/id-1" {
+		t.Errorf("a replay's copy parsed as %+v (ok %v), want a marked copy and one-shot, its id kept", got, ok)
+	}
 	if plain := newWireMsg().withSource(sink.NewStamp(src)); true {
 		plain.fillEvent(ev, "outbox.order.created", "r")
 		if _, ok := plain.msg.Header[contract.HeaderReplay]; ok {
