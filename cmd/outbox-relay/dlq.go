@@ -14,8 +14,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/decode"
-	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -117,38 +115,18 @@ func (c *dlqRetryCmd) Run(ctx context.Context, log zerolog.Logger) error {
 }
 
 // retry publishes the rows with the given ids to their own subjects and
-// marks them retried; rows that would be dead letters again are reported.
+// marks them retried (relay.RetryDeadLetters); rows that would be dead
+// letters again are reported.
 func (t *tools) retry(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	var problems []string
-	found, rejected := map[string]bool{}, map[string]bool{}
-	o, _, err := t.publishIDs(ctx, n, ids, contract.ReplayRetry, log, func(o *relay.OneShot, ev *decode.Event) bool {
-		key := core.DeadLetterKey(ev)
-		found[key] = true
-		if reason := o.Rejects(ev); reason != "" {
-			rejected[key] = true
-			problems = append(problems, fmt.Sprintf("%s still cannot be published: %s", key, reason))
-			return false
-		}
-		return true
-	})
+	rep, err := relay.RetryDeadLetters(ctx, t.deps(), t.config(n), ids, log)
+	for _, id := range rep.Published {
+		fmt.Printf("%s published\n", id)
+	}
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		switch reason, again := o.DeadLettered(id); {
-		case !found[id]:
-			problems = append(problems, fmt.Sprintf("%s: no such row in %s (deleted, or an event without a usable id)", id, contract.JoinTables(n.tables())))
-		case again:
-			problems = append(problems, fmt.Sprintf("%s was dead-lettered again: %s", id, reason))
-		case !rejected[id]:
-			if err := t.store.MarkRetried(ctx, id); err != nil {
-				return err
-			}
-			fmt.Printf("%s published\n", id)
-		}
-	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "\n"))
+	if len(rep.Problems) > 0 {
+		return errors.New(strings.Join(rep.Problems, "\n"))
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func (c *doctorCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		payload = sum
 	}
 	if !unreachable {
-		fs, down := c.checkStandby(ctx, n.slot)
+		fs, down := doctor.CheckStandby(ctx, doctor.StandbyOptions{PGURL: c.PGURL, PrimaryURL: c.PrimaryURL, Slot: n.slot})
 		rep.Add(fs...)
 		unreachable = down
 	}

@@ -38,13 +38,7 @@ func (f formatFlags) parse(pgURL string, table contract.Table, more ...contract.
 		if err != nil {
 			return format, fmt.Errorf("--format %s: name the database in the default ce-source: %w", formatCloudEvents, err)
 		}
-		format.CESource = jetstream.DefaultCESource(repl.Database, table.String())
-		for _, t := range more {
-			if format.TableSources == nil {
-				format.TableSources = map[string]string{table.String(): format.CESource}
-			}
-			format.TableSources[t.String()] = jetstream.DefaultCESource(repl.Database, t.String())
-		}
+		format = jetstream.DefaultCloudEvents(repl.Database, table, more...)
 	}
 	if err := format.Validate(); err != nil {
 		return format, fmt.Errorf("--ce-source: %w", err)

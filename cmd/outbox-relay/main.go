@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 )
 
@@ -53,7 +54,7 @@ func vars() kong.Vars {
 	for name, value := range cleanupDefaults() {
 		v[name] = value
 	}
-	v["version"] = readBuildInfo().String()
+	v["version"] = buildinfo.Read().String()
 	return v
 }
 

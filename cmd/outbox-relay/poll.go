@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +22,10 @@ const (
 
 // pollOneTable is what to do instead of polling several tables at once.
 const pollOneTable = "run one polling relay per table, each with its own --slot (its claims and dead letters are keyed by it), or read them all from the WAL (--source wal)"
+
+// errPrimaryWithPoll refuses --primary-url with --source poll, in run and
+// doctor alike.
+var errPrimaryWithPoll = errors.New("--primary-url is for --source wal (reading from a standby's slot); the polling relay writes to the table it reads: point --pg-url at the primary")
 
 // pollFlags choose where run reads events and tune the polling relay.
 type pollFlags struct {

@@ -53,9 +53,7 @@ func (c *replayCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	defer t.close()
-	cfg := n.relayConfig()
-	cfg.PGURL = t.pgURL
-	rep, err := relay.Replay(ctx, relay.ReplayDeps{Pool: t.pool, NC: t.nc, Stream: t.stream, Store: t.store}, cfg, o, log)
+	rep, err := relay.Replay(ctx, t.deps(), t.config(n), o, log)
 	if err != nil {
 		return err
 	}

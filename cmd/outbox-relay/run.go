@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/telemetry"
 	"github.com/outbox-relay/outbox-relay/sink/jetstream"
@@ -172,7 +173,7 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 	// PubAcks end the last spans.
 	defer stopTracing(ctx, tracing, log)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(readBuildInfo().collector())
+	reg.MustRegister(buildinfo.Read().Collector())
 	health := newHealth()
 	var srv *metricsServer
 	if metricsAddr != "" {
@@ -209,7 +210,7 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 // startTracing sets up tracing as the OTEL_* variables ask (off when they
 // do not; see internal/telemetry).
 func startTracing(ctx context.Context, log zerolog.Logger) (*telemetry.Tracing, error) {
-	tracing, err := telemetry.FromEnv(ctx, os.Getenv, readBuildInfo().Version)
+	tracing, err := telemetry.FromEnv(ctx, os.Getenv, buildinfo.Read().Version)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -48,33 +46,16 @@ func (f streamFlags) settings() (jetstream.StreamSettings, error) {
 	return s, nil
 }
 
-// byteSize is a size flag: a number of bytes, or one with a unit (KB, MB,
-// GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024).
+// byteSize is a size flag: a number of bytes, or one with a unit (see
+// jetstream.ParseByteSize).
 type byteSize int64
-
-var byteUnits = []struct {
-	suffix string
-	factor int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
-}
 
 // UnmarshalText parses a size.
 func (b *byteSize) UnmarshalText(text []byte) error {
-	s := strings.TrimSpace(string(text))
-	factor := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
-			s, factor = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.factor
-			break
-		}
+	n, err := jetstream.ParseByteSize(string(text))
+	if err != nil {
+		return err
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n > (1<<62)/factor {
-		return fmt.Errorf("%q is not a size: use bytes, or a number with KB, MB, GB, KiB, MiB or GiB", text)
-	}
-	*b = byteSize(n * factor)
+	*b = byteSize(n)
 	return nil
 }

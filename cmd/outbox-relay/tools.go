@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"time"
 
 	jssink "github.com/outbox-relay/outbox-relay/sink/jetstream"
 
@@ -15,7 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
-	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -46,23 +44,7 @@ func pingPool(ctx context.Context, pgURL string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pingConfig(ctx, poolCfg)
-}
-
-// pingConfig opens a pool with poolCfg and checks that the server answers.
-func pingConfig(ctx context.Context, poolCfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	where := replication.Describe(&poolCfg.ConnConfig.Config)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
-	}
-	return pool, nil
+	return core.PingPool(ctx, poolCfg)
 }
 
 func openTools(ctx context.Context, pgURL string, nf natsFlags, n names) (*tools, error) {
@@ -98,60 +80,40 @@ func (t *tools) reader(ctx context.Context, n names, log zerolog.Logger) *jssink
 	return t.stream.Reader(sink.NewStamp(identity(ctx, t.pool, n, log)))
 }
 
-// identity is what the table's messages name as their source (its
-// Postgres system, database and table, and the relay's slot for messages
-// of older relays): operator commands read a shared stream back through
-// it, leaving other tables', databases' and clusters' messages out. For a
-// relay of several tables it names them all (sink.Source.Tables), so each
-// table's messages count, and only theirs. A role
-// that may not read pg_control_system() gets the zero source, which takes
-// every relay's messages for the table's, and a warning.
+// identity is the source of the table's messages (relay.TableSource):
+// operator commands read a shared stream back through it, leaving other
+// tables', databases' and clusters' messages out. A role that may not
+// read pg_control_system() gets the zero source, which takes every
+// relay's messages for the table's, and a warning.
 func identity(ctx context.Context, pool *pgxpool.Pool, n names, log zerolog.Logger) sink.Source {
-	system, database, err := replication.Identify(ctx, pool)
+	src, err := relay.TableSource(ctx, pool, n.relayConfig())
 	if err != nil {
 		log.Warn().Err(err).Msg("reading every relay's messages in the stream as this table's: a stream shared with other tables, databases or clusters shows theirs too")
-		return sink.Source{}
 	}
-	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.tables()), Slot: n.slot}
+	return src
+}
+
+// deps are the connections as the relay package takes them.
+func (t *tools) deps() relay.ReplayDeps {
+	return relay.ReplayDeps{Pool: t.pool, NC: t.nc, Stream: t.stream, Store: t.store}
+}
+
+// config is the relay's configuration with these names, its messages
+// naming t's Postgres as their source.
+func (t *tools) config(n names) relay.Config {
+	cfg := n.relayConfig()
+	cfg.PGURL = t.pgURL
+	return cfg
 }
 
 // republish publishes the rows with the given ids from the table.
 func (t *tools) republish(ctx context.Context, n names, ids []string, log zerolog.Logger) error {
-	_, count, err := t.publishIDs(ctx, n, ids, contract.ReplayRepublish, log, nil)
+	count, err := relay.Republish(ctx, t.deps(), t.config(n), ids, log)
 	if err != nil {
 		return err
 	}
 	log.Info().Int("published", count).Msg("republished the missing rows")
 	return nil
-}
-
-// publishIDs publishes the rows with the given keys (ids, qualified by
-// their table when the relay reads several: see relay.RowSource.EachKey),
-// in commit order, marked with replay (contract.HeaderReplay), and waits
-// for their PubAcks. admit, when set, sees every row found, with the
-// publisher, and may hold it back. It returns the publisher (to ask what
-// was dead-lettered) and how many rows were found.
-func (t *tools) publishIDs(ctx context.Context, n names, ids []string, replay string, log zerolog.Logger, admit func(*relay.OneShot, *decode.Event) bool) (*relay.OneShot, int, error) {
-	src, err := relay.NewRowSource(ctx, t.pool, n.table, n.more...)
-	if err != nil {
-		return nil, 0, err
-	}
-	cfg := n.relayConfig()
-	cfg.PGURL = t.pgURL
-	o, err := relay.NewOneShot(ctx, t.stream, cfg, t.store, replay, log)
-	if err != nil {
-		return nil, 0, err
-	}
-	count, err := src.EachKey(ctx, t.pool, "", ids, func(ev *decode.Event) error {
-		if admit != nil && !admit(o, ev) {
-			return nil
-		}
-		return o.Publish(ctx, ev)
-	})
-	if ferr := o.Finish(ctx); err == nil {
-		err = ferr
-	}
-	return o, count, err
 }
 
 // printJSON writes v to stdout as indented JSON: the --json output of the

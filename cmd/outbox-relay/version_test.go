@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
 
@@ -49,14 +49,14 @@ func TestBuildInfoAndVersion(t *testing.T) {
 // toolchainStamp reads the build of exe as `go version -m` prints it:
 // "<exe>: <go version>", then tab-separated "mod <path> <version>" and
 // "build <key>=<value>" lines.
-func toolchainStamp(t *testing.T, exe string) buildInfo {
+func toolchainStamp(t *testing.T, exe string) buildinfo.Info {
 	t.Helper()
 	out, err := exec.Command("go", "version", "-m", exe).Output()
 	if err != nil {
 		t.Fatalf("go version -m: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	b := buildInfo{Revision: "unknown"}
+	b := buildinfo.Info{Revision: "unknown"}
 	_, b.GoVersion, _ = strings.Cut(lines[0], ": ")
 	dirty := false
 	for _, line := range lines[1:] {
@@ -82,7 +82,7 @@ func toolchainStamp(t *testing.T, exe string) buildInfo {
 
 // checkStamp checks the toolchain's reading of the build against the
 // sources it came from: `go env GOVERSION`, and, when stamped, git.
-func checkStamp(t *testing.T, b buildInfo) {
+func checkStamp(t *testing.T, b buildinfo.Info) {
 	t.Helper()
 	if gv := command(t, "go", "env", "GOVERSION"); b.GoVersion != gv {
 		t.Errorf("built by %s, go env GOVERSION says %s", b.GoVersion, gv)
@@ -118,37 +118,4 @@ func command(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// TestBuildInfoFrom: how a build stamp reads, stamp by stamp.
-func TestBuildInfoFrom(t *testing.T) {
-	stamp := func(version string, settings ...string) *debug.BuildInfo {
-		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/outbox-relay/outbox-relay", Version: version}}
-		for _, s := range settings {
-			k, v, _ := strings.Cut(s, "=")
-			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: k, Value: v})
-		}
-		return bi
-	}
-	const rev = "66cb13d9990bee6a4f5972a15cb0875201a9acb2"
-	for _, tc := range []struct {
-		name string
-		bi   *debug.BuildInfo
-		want buildInfo
-	}{
-		{"no stamp", nil, buildInfo{"(devel)", "go1.99.1", "unknown"}},
-		{"no VCS", stamp("(devel)"), buildInfo{"(devel)", "go1.99.1", "unknown"}},
-		{"empty version", stamp(""), buildInfo{"(devel)", "go1.99.1", "unknown"}},
-		{"tag", stamp("v1.4.0", "vcs.revision="+rev, "vcs.modified=false"), buildInfo{"v1.4.0", "go1.99.1", rev}},
-		{"modified", stamp("v0.0.0-20261206014408-66cb13d9990b+dirty", "vcs.revision="+rev, "vcs.modified=true"),
-			buildInfo{"v0.0.0-20261206014408-66cb13d9990b+dirty", "go1.99.1", rev + "-dirty"}},
-		{"modified without revision", stamp("(devel)", "vcs.modified=true"), buildInfo{"(devel)", "go1.99.1", "unknown"}},
-	} {
-		if got := buildInfoFrom(tc.bi, "go1.99.1"); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
-	}
-	if got, want := (buildInfo{"v1.4.0", "go1.99.1", rev}).String(), "outbox-relay v1.4.0 (revision "+rev+", go1.99.1)"; got != want {
-		t.Errorf("String: %q, want %q", got, want)
-	}
 }

@@ -44,6 +44,24 @@ func OpenPool(ctx context.Context, cfg *pgxpool.Config, log zerolog.Logger) (*pg
 	}
 }
 
+// PingPool opens a pool with cfg and checks that the server answers, at
+// once: OpenPool for a command that runs once (status, doctor), where an
+// unreachable server is the answer, not something to wait for.
+func PingPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	where := replication.Describe(&cfg.ConnConfig.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", where, err)
+	}
+	return pool, nil
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -100,11 +99,8 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, nc *nats.Conn, o Options) 
 // role that may not read pg_control_system() gets the zero source (every
 // relay's messages).
 func tableSource(ctx context.Context, pool *pgxpool.Pool, n relay.Config) sink.Source {
-	system, database, err := replication.Identify(ctx, pool)
-	if err != nil {
-		return sink.Source{}
-	}
-	return sink.Source{System: system, Database: database, Table: contract.JoinTables(n.Tables()), Slot: n.Slot}
+	src, _ := relay.TableSource(ctx, pool, n)
+	return src
 }
 
 // readSlot fills in the slot's side of r.

@@ -39,6 +39,21 @@ func DefaultCESource(database, table string) string {
 	return "/postgres/" + url.PathEscape(database) + "/" + url.PathEscape(table)
 }
 
+// DefaultCloudEvents is the CloudEvents form with the default ce-source
+// (DefaultCESource) of the events of table in database; for a relay of
+// several tables (more), TableSources names each table's own, so that
+// every event names the table it comes from.
+func DefaultCloudEvents(database string, table contract.Table, more ...contract.Table) Format {
+	f := Format{CloudEvents: true, CESource: DefaultCESource(database, table.String())}
+	for _, t := range more {
+		if f.TableSources == nil {
+			f.TableSources = map[string]string{table.String(): f.CESource}
+		}
+		f.TableSources[t.String()] = DefaultCESource(database, t.String())
+	}
+	return f
+}
+
 // Validate says why f cannot be used.
 func (f Format) Validate() error {
 	if !f.CloudEvents {

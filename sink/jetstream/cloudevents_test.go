@@ -199,3 +199,20 @@ func TestCloudEventTraceOfTheRelaySpan(t *testing.T) {
 		t.Errorf("a plain traceparent beside the CloudEvents one: %q", got)
 	}
 }
+
+// TestDefaultCloudEvents: one table's events name it in their default
+// ce-source, under the database (percent-escaped); a relay of several
+// tables names each table's own in TableSources, the first also in
+// CESource.
+func TestDefaultCloudEvents(t *testing.T) {
+	one := DefaultCloudEvents("my app", contract.DefaultTable)
+	if !one.CloudEvents || one.CESource != "/postgres/my%20app/public.outbox_events" || one.TableSources != nil || one.Validate() != nil {
+		t.Errorf("one table: %+v (%v)", one, one.Validate())
+	}
+	a, b := contract.Table{Schema: "orders", Name: "outbox"}, contract.Table{Schema: "billing", Name: "outbox"}
+	two := DefaultCloudEvents("app", a, b)
+	want := map[string]string{"orders.outbox": "/postgres/app/orders.outbox", "billing.outbox": "/postgres/app/billing.outbox"}
+	if !two.CloudEvents || two.CESource != want["orders.outbox"] || !maps.Equal(two.TableSources, want) {
+		t.Errorf("two tables: %+v, want ce-sources %v", two, want)
+	}
+}

@@ -1,4 +1,7 @@
-package main
+// Package buildinfo says which build of outbox-relay runs: its module
+// version, commit and Go version, as --version prints them and as the
+// outbox_relay_build_info metric serves them.
+package buildinfo
 
 import (
 	"fmt"
@@ -8,27 +11,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// buildInfo is what the binary knows of its own build, from the Go
+// Info is what the binary knows of its own build, from the Go
 // toolchain's stamp (runtime/debug.ReadBuildInfo): nothing to set by hand
 // at release time.
-type buildInfo struct {
+type Info struct {
 	Version   string // module version: a tag, a pseudo-version, or (devel)
 	GoVersion string
 	Revision  string // VCS commit, "-dirty" appended for a modified tree; "unknown" when not stamped
 }
 
-// readBuildInfo reads the binary's build stamp. `go build` in a git
+// Read reads the binary's build stamp. `go build` in a git
 // checkout stamps the commit (and, since Go 1.24, a version derived from
 // it); -buildvcs=false or a build outside a checkout leaves them unknown.
-func readBuildInfo() buildInfo {
+func Read() Info {
 	bi, _ := debug.ReadBuildInfo()
-	return buildInfoFrom(bi, runtime.Version())
+	return From(bi, runtime.Version())
 }
 
-// buildInfoFrom reads a build stamp (nil: none) of a binary built by Go
+// From reads a build stamp (nil: none) of a binary built by Go
 // goVersion.
-func buildInfoFrom(bi *debug.BuildInfo, goVersion string) buildInfo {
-	b := buildInfo{Version: "(devel)", GoVersion: goVersion, Revision: "unknown"}
+func From(bi *debug.BuildInfo, goVersion string) Info {
+	b := Info{Version: "(devel)", GoVersion: goVersion, Revision: "unknown"}
 	if bi == nil {
 		return b
 	}
@@ -50,13 +53,14 @@ func buildInfoFrom(bi *debug.BuildInfo, goVersion string) buildInfo {
 	return b
 }
 
-func (b buildInfo) String() string {
+// String is the build as --version prints it.
+func (b Info) String() string {
 	return fmt.Sprintf("outbox-relay %s (revision %s, %s)", b.Version, b.Revision, b.GoVersion)
 }
 
-// collector returns outbox_relay_build_info, always 1, with the build in
+// Collector returns outbox_relay_build_info, always 1, with the build in
 // its labels: join it to other series to see which build produced them.
-func (b buildInfo) collector() prometheus.Collector {
+func (b Info) Collector() prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outbox_relay_build_info",
 		Help: "Always 1; the labels say which build of outbox-relay runs.",
