@@ -14,6 +14,7 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -374,4 +375,28 @@ func inRange(createdAt string, opts Options) (in, known bool) {
 		return false, false
 	}
 	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until)), true
+}
+
+// MarshalJSON writes the report as `verify --json` prints it
+// (docs/json.md): the lists empty rather than null when nothing is in
+// them.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	p := plain(r)
+	if p.Missing == nil {
+		p.Missing = []string{}
+	}
+	if p.Extra == nil {
+		p.Extra = []string{}
+	}
+	if p.Duplicates == nil {
+		p.Duplicates = map[string]int{}
+	}
+	if p.OrderViolations == nil {
+		p.OrderViolations = []Violation{}
+	}
+	if p.Unparsed == nil {
+		p.Unparsed = []Unparsed{}
+	}
+	return json.Marshal(p)
 }

@@ -65,7 +65,10 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
-	var st inspect.Report
+	var st struct {
+		inspect.Report
+		LastEvent *inspect.EventJSON `json:"last_event"`
+	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
