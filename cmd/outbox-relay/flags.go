@@ -209,7 +209,7 @@ func defaults() kong.Vars {
 		"metrics_addr":        contract.DefaultMetricsAddr,
 		"duplicate_window":    shortDuration(jetstream.DefaultDuplicateWindow),
 		"window":              strconv.Itoa(jetstream.DefaultWindow),
-		"window_bytes":        strconv.Itoa(jetstream.DefaultWindowBytes),
+		"window_bytes":        contract.ByteSize(jetstream.DefaultWindowBytes).String(),
 		"ack_timeout":         shortDuration(jetstream.DefaultAckTimeout),
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
