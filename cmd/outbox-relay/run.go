@@ -25,10 +25,10 @@ import (
 )
 
 type runCmd struct {
-	pgFlags      `embed:""`
+	pgFlags      `embed:"" set:"pg_url_help=Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
 	primaryFlags `embed:""`
 	natsFlags    `embed:""`
-	nameFlags    `embed:""`
+	nameFlags    `embed:"" set:"slot_help=Logical replication slot (created on first start)." set:"stream_help=JetStream stream (created when missing)." set:"duplicate_window_help=Dedup window of a stream the relay creates."`
 	formatFlags  `embed:""`
 	streamFlags  `embed:""`
 	relayFlags   `embed:""`
