@@ -21,9 +21,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -50,6 +52,10 @@ type Options struct {
 	// older messages (sink.Reader.Horizon): those events are not lacking.
 	// Report.LeftOut says what was left out.
 	WithinHorizon bool
+	// Progress, when set, gets a line every 10s while the stream is read:
+	// the messages read, of about as many as the rows compared, the rate
+	// and the time left.
+	Progress *zerolog.Logger
 }
 
 // Keys: rows and messages are compared by key. For one table the key is
@@ -156,7 +162,15 @@ func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, 
 	if !from.IsZero() {
 		from = from.Add(-clockMargin)
 	}
+	var prog *progress.Meter
+	if opts.Progress != nil {
+		prog = progress.New("verifying: reading the stream (total: the rows compared)", len(rows), *opts.Progress)
+		defer prog.Every(ctx, 0)()
+	}
 	err = r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
+		if prog != nil {
+			prog.Add()
+		}
 		c.add(ev, ok)
 		return true
 	})
