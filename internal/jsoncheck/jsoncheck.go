@@ -1,6 +1,6 @@
 // Package jsoncheck checks the --json output of the operator commands
 // against the style docs/json.md promises: snake_case keys, LSNs in
-// Postgres text form (never integers), no zero times. Tests of the
+// Postgres text form (never integers), no zero times, no nulls. Tests of the
 // packages whose reports are printed as JSON run their reports through
 // it.
 package jsoncheck
@@ -64,6 +64,8 @@ func (c *checker) walk(path, key string, v any) {
 		for _, e := range v {
 			c.walk(path+"[]", key, e)
 		}
+	case nil:
+		c.add("%s: null; leave an optional field out, write an empty list as []", path)
 	case json.Number:
 		if isLSNKey(key) {
 			c.add("%s: an LSN as a number (%s); write it as Postgres does, 0/16B3748", path, v)

@@ -13,6 +13,7 @@ func TestCheck(t *testing.T) {
 		`{"record":{"commit_lsn":"123"}}`,
 		`{"list":[{"at":"0001-01-01T00:00:00Z"}]}`,
 		`{"duplicates":{"Id-1":2}}`,
+		`{"missing":null}`,
 		`not json`,
 	} {
 		if p := Check([]byte(bad)); len(p) == 0 {
