@@ -17,7 +17,7 @@ import (
 type DeadLetter struct {
 	EventID      string     `json:"event_id"`
 	Reason       string     `json:"reason"`
-	CommitLSN    string     `json:"commit_lsn"`
+	CommitLSN    string     `json:"commit_lsn,omitempty"`
 	DeadLettered time.Time  `json:"dead_lettered_at"`
 	Retried      *time.Time `json:"retried_at,omitempty"`
 	// AggregateType, AggregateID and EventType are the row's; nil when

@@ -65,7 +65,7 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	switch {
 	case c.PGURL == "":
-		return errors.New("poll: no Postgres connection string")
+		return replication.ErrNoConnString
 	case c.Table.Name == "":
 		return errors.New("poll: no outbox table")
 	}

@@ -67,7 +67,7 @@ func (c Config) Tables() []contract.Table {
 func (c Config) Validate() error {
 	switch {
 	case c.PGURL == "":
-		return errors.New("relay: no Postgres connection string")
+		return replication.ErrNoConnString
 	case c.Table.Name == "":
 		return errors.New("relay: no outbox table")
 	case hasDuplicate(c.Tables()):

@@ -32,9 +32,6 @@ type ReplayOptions struct {
 	Progress time.Duration
 }
 
-// defaultReplayProgress is how often a replay logs its progress.
-const defaultReplayProgress = 10 * time.Second
-
 // Check says what is wrong with the options, and what to do about it;
 // relayStream is the relay's stream.
 func (o ReplayOptions) Check(relayStream string) error {

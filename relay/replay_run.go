@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -96,8 +97,8 @@ func Replay(ctx context.Context, d ReplayDeps, cfg Config, o ReplayOptions, log 
 	if err != nil {
 		return rep, err
 	}
-	prog := newProgress(rep.Rows-after.index-1, log)
-	stop := prog.every(ctx, o.Progress)
+	prog := progress.New("replaying", rep.Rows-after.index-1, log)
+	stop := prog.Every(ctx, o.Progress)
 	_, err = src.Each(ctx, d.Pool, where, args, func(ev *decode.Event) error {
 		switch skip, err := after.skips(ev); {
 		case err != nil:
@@ -110,11 +111,11 @@ func Replay(ctx context.Context, d ReplayDeps, cfg Config, o ReplayOptions, log 
 		if reason := pub.Rejects(ev); reason != "" {
 			log.Warn().Str("event_id", ev.ID).Str("reason", reason).Msg("row cannot be published as it is (a dead letter of the relay): not replayed")
 			rep.Skipped++
-			prog.add()
+			prog.Add()
 			return nil
 		}
 		rep.Published++
-		prog.add()
+		prog.Add()
 		return pub.Publish(ctx, ev)
 	})
 	if ferr := pub.Finish(ctx); err == nil {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
 )
@@ -106,16 +104,5 @@ func TestReplayResume(t *testing.T) {
 	}
 	if _, err := p.skips(row(1, "x")); !errors.Is(err, errRowsChanged) || !strings.Contains(err.Error(), "without --run-id") {
 		t.Errorf("another row at the last copy's place: %v", err)
-	}
-}
-
-// Progress: rows a second, and the time left at that rate.
-func TestReplayProgressRate(t *testing.T) {
-	p := newProgress(1000, zerolog.Nop())
-	if rate, left := p.rate(250, 5*time.Second); rate != 50 || left != 15*time.Second {
-		t.Errorf("rate %v, left %v; want 50 and 15s", rate, left)
-	}
-	if rate, left := p.rate(0, time.Second); rate != 0 || left != 0 {
-		t.Errorf("nothing done: rate %v, left %v", rate, left)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/internal/startup"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/sink"
@@ -365,13 +366,18 @@ func (s *starter) publishLacking(ctx context.Context, db verify.Querier, src *Ro
 		return 0, err
 	}
 	published := 0
+	// A large backlog takes a while: a line every 10s says how far.
+	prog := progress.New("publishing the rows the stream lacks, from the slot's snapshot", rows, s.log)
+	stop := prog.Every(ctx, 0)
 	_, err = src.Each(ctx, db, where, args, func(ev *decode.Event) error {
+		prog.Add()
 		if held.Holds(ev) {
 			return nil
 		}
 		published++
 		return offer(ev)
 	})
+	stop()
 	s.log.Info().Int("missing", published).Int("rows", rows).Int("held", held.Len()).Int("messages", held.Read()).
 		Msg("published the rows the stream lacked, from the slot's snapshot")
 	return published, err

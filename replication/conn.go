@@ -15,6 +15,7 @@ package replication
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -38,12 +39,17 @@ var sessionParams = map[string]string{
 	"extra_float_digits": "3",
 }
 
+// ErrNoConnString is the error of every command, and of the relay's and
+// the polling relay's configuration, when no Postgres connection string
+// is given: one message, with the fix.
+var ErrNoConnString = errors.New("no Postgres connection string: set --pg-url or OUTBOX_PG_URL, or --pg-url-file with a file holding it (for example postgres://relay@db:5432/app)")
+
 // ParseConnString parses an ordinary Postgres connection string (URL or
 // key=value) and returns the configuration for a pool of regular
 // connections and, derived from it, for the replication connection.
 func ParseConnString(s string) (regular *pgxpool.Config, repl *pgconn.Config, err error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, nil, fmt.Errorf("no Postgres connection string: set --pg-url or OUTBOX_PG_URL (for example postgres://relay@db:5432/app)")
+		return nil, nil, ErrNoConnString
 	}
 	regular, err = parsePool("--pg-url", s)
 	if err != nil {

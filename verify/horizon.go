@@ -15,7 +15,7 @@ import (
 // older messages. Their events are not lacking; they were removed.
 type LeftOut struct {
 	// Before is the horizon: rows created at or before it were left out.
-	Before time.Time `json:"before"`
+	Before time.Time `json:"before,omitzero"`
 	// OldestID is the oldest event of the relay's the destination holds
 	// ("" when it holds none).
 	OldestID string `json:"oldest_id,omitempty"`
@@ -24,7 +24,7 @@ type LeftOut struct {
 	// Rows is how many rows were left out, and First the created_at of
 	// the oldest of them.
 	Rows  int       `json:"rows"`
-	First time.Time `json:"first,omitempty"`
+	First time.Time `json:"first,omitzero"`
 }
 
 func (l LeftOut) String() string {

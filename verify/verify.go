@@ -14,15 +14,18 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -49,6 +52,10 @@ type Options struct {
 	// older messages (sink.Reader.Horizon): those events are not lacking.
 	// Report.LeftOut says what was left out.
 	WithinHorizon bool
+	// Progress, when set, gets a line every 10s while the stream is read:
+	// the messages read, of about as many as the rows compared, the rate
+	// and the time left.
+	Progress *zerolog.Logger
 }
 
 // Keys: rows and messages are compared by key. For one table the key is
@@ -155,7 +162,15 @@ func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, 
 	if !from.IsZero() {
 		from = from.Add(-clockMargin)
 	}
+	var prog *progress.Meter
+	if opts.Progress != nil {
+		prog = progress.New("verifying: reading the stream (total: the rows compared)", len(rows), *opts.Progress)
+		defer prog.Every(ctx, 0)()
+	}
 	err = r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {
+		if prog != nil {
+			prog.Add()
+		}
 		c.add(ev, ok)
 		return true
 	})
@@ -374,4 +389,28 @@ func inRange(createdAt string, opts Options) (in, known bool) {
 		return false, false
 	}
 	return (opts.Since.IsZero() || !t.Before(opts.Since)) && (opts.Until.IsZero() || t.Before(opts.Until)), true
+}
+
+// MarshalJSON writes the report as `verify --json` prints it
+// (docs/json.md): the lists empty rather than null when nothing is in
+// them.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	p := plain(r)
+	if p.Missing == nil {
+		p.Missing = []string{}
+	}
+	if p.Extra == nil {
+		p.Extra = []string{}
+	}
+	if p.Duplicates == nil {
+		p.Duplicates = map[string]int{}
+	}
+	if p.OrderViolations == nil {
+		p.OrderViolations = []Violation{}
+	}
+	if p.Unparsed == nil {
+		p.Unparsed = []Unparsed{}
+	}
+	return json.Marshal(p)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/jsoncheck"
 	"github.com/outbox-relay/outbox-relay/internal/lab/bench"
 	"github.com/outbox-relay/outbox-relay/internal/lab/browser"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
@@ -65,9 +66,15 @@ func TestMigrateAndLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
-	var st inspect.Report
+	var st struct {
+		inspect.Report
+		LastEvent *inspect.EventJSON `json:"last_event"`
+	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if p := jsoncheck.Check([]byte(out)); p != nil {
+		t.Errorf("status --json is not in the style of docs/json.md: %v\n%s", p, out)
 	}
 	if !st.Exists || !st.Active || st.WALStatus != "reserved" || st.LastEvent == nil || st.LastEvent.ID != id || st.StreamMessages != 1 {
 		t.Errorf("status = %+v", st)

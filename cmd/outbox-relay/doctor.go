@@ -17,7 +17,7 @@ type doctorCmd struct {
 	pgFlags        `embed:""`
 	primaryFlags   `embed:""`
 	natsFlags      `embed:""`
-	nameFlags      `embed:""`
+	nameFlags      `embed:"" set:"duplicate_window_help=The relay's --duplicate-window: the window a stream the relay creates gets."`
 	streamFlags    `embed:""`
 	MaxOutage      time.Duration `name:"max-outage" env:"OUTBOX_MAX_OUTAGE" default:"${max_outage}" help:"Longest NATS outage to tolerate without duplicates: the stream's duplicate window must be at least this."`
 	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"The relay's --status-interval, compared with wal_sender_timeout."`

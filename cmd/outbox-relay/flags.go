@@ -49,7 +49,7 @@ func (f logFlags) logger() zerolog.Logger {
 }
 
 type pgFlags struct {
-	PGURL     string `name:"pg-url" env:"OUTBOX_PG_URL" help:"Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
+	PGURL     string `name:"pg-url" env:"OUTBOX_PG_URL" help:"${pg_url_help}"`
 	PGURLFile string `name:"pg-url-file" env:"OUTBOX_PG_URL_FILE" help:"File holding the Postgres connection string (a mounted secret), instead of --pg-url."`
 }
 
@@ -116,14 +116,14 @@ func (f natsFlags) options() jetstream.NATSOptions {
 }
 
 type nameFlags struct {
-	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"Logical replication slot (created on first start)."`
+	Slot              string        `name:"slot" env:"OUTBOX_SLOT" default:"${slot}" help:"${slot_help}"`
 	Publication       string        `name:"publication" env:"OUTBOX_PUBLICATION" default:"${publication}" help:"Publication that contains the outbox table."`
 	Table             []string      `name:"table" env:"OUTBOX_TABLE" default:"${table}" sep:"," help:"Outbox table, schema-qualified. Several (the flag repeated, or comma-separated) are relayed on one slot and publication, in one pass over the WAL; their ids are then qualified (schema.table/id): see docs/setup.md."`
-	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"${stream}" help:"JetStream stream (created when missing)."`
+	Stream            string        `name:"stream" env:"OUTBOX_STREAM" default:"${stream}" help:"${stream_help}"`
 	Subject           string        `name:"subject" env:"OUTBOX_SUBJECT" default:"${subject}" help:"Subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type} each fill one token (up to 8 with --subject-dots tokens)."`
 	SubjectDots       string        `name:"subject-dots" env:"OUTBOX_SUBJECT_DOTS" default:"escape" enum:"escape,tokens" help:"How a placeholder renders a dotted value such as order.created: escape (one token, order%2Ecreated; the default, the subjects of earlier versions) or tokens (order.created, at most 8 tokens; the stream must then cover prefix.>). See docs/subjects-and-messages.md before switching."`
 	DeadLetterSubject string        `name:"dead-letter-subject" env:"OUTBOX_DEAD_LETTER_SUBJECT" default:"${dead_letter_subject}" help:"Subject for events that can never be published as they are."`
-	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"${duplicate_window}" help:"Dedup window of a stream the relay creates."`
+	DuplicateWindow   time.Duration `name:"duplicate-window" env:"OUTBOX_DUPLICATE_WINDOW" default:"${duplicate_window}" help:"${duplicate_window_help}"`
 }
 
 // names is nameFlags parsed and validated.
@@ -209,7 +209,7 @@ func defaults() kong.Vars {
 		"metrics_addr":        contract.DefaultMetricsAddr,
 		"duplicate_window":    shortDuration(jetstream.DefaultDuplicateWindow),
 		"window":              strconv.Itoa(jetstream.DefaultWindow),
-		"window_bytes":        strconv.Itoa(jetstream.DefaultWindowBytes),
+		"window_bytes":        contract.ByteSize(jetstream.DefaultWindowBytes).String(),
 		"ack_timeout":         shortDuration(jetstream.DefaultAckTimeout),
 		"status_interval":     shortDuration(replication.DefaultStatusInterval),
 		"drain_timeout":       shortDuration(replication.DefaultDrainTimeout),
@@ -219,6 +219,13 @@ func defaults() kong.Vars {
 		"poll_max_attempts":   strconv.Itoa(poll.DefaultMaxAttempts),
 		"poll_backoff":        shortDuration(poll.DefaultBackoff),
 		"poll_max_backoff":    shortDuration(poll.DefaultMaxBackoff),
+		// The help of shared flags says what a read-only command does with
+		// them; run, which creates the slot and the stream and derives the
+		// replication connection, sets its own (runHelp).
+		"pg_url_help":           "Postgres connection string (URL or key=value). Use sslmode=verify-full across networks.",
+		"slot_help":             "The relay's logical replication slot.",
+		"stream_help":           "The relay's JetStream stream.",
+		"duplicate_window_help": "The relay's --duplicate-window; this command creates no stream and does not use it.",
 	}
 }
 

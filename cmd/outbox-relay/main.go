@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,6 +88,7 @@ func kongOptions() []kong.Option {
 		kong.UsageOnError(),
 		vars(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.ValueFormatter(helpValue),
 		// Flag errors exit 2, the usual code for a usage error (kong's own
 		// is 80), as doctor and status document.
 		kong.Exit(func(code int) {
@@ -96,6 +98,20 @@ func kongOptions() []kong.Option {
 			os.Exit(code)
 		}),
 	}
+}
+
+// helpValue is a flag's help as kong writes it, with a bool flag's
+// default (kong shows none): "(default: false)".
+func helpValue(v *kong.Value) string {
+	help := kong.DefaultHelpValueFormatter(v)
+	if !v.IsBool() || v.Name == "help" || v.Name == "version" {
+		return help
+	}
+	def := cmp.Or(v.Default, "false")
+	if strings.HasSuffix(help, ".") {
+		return help[:len(help)-1] + " (default: " + def + ")."
+	}
+	return help + " (default: " + def + ")"
 }
 
 // runOnlyCLI is the CLI with the run command alone. Building the whole CLI

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/telemetry"
@@ -25,10 +26,10 @@ import (
 )
 
 type runCmd struct {
-	pgFlags      `embed:""`
+	pgFlags      `embed:"" set:"pg_url_help=Postgres connection string (URL or key=value); the replication connection is derived from it. Use sslmode=verify-full across networks."`
 	primaryFlags `embed:""`
 	natsFlags    `embed:""`
-	nameFlags    `embed:""`
+	nameFlags    `embed:"" set:"slot_help=Logical replication slot (created on first start)." set:"stream_help=JetStream stream (created when missing)." set:"duplicate_window_help=Dedup window of a stream the relay creates."`
 	formatFlags  `embed:""`
 	streamFlags  `embed:""`
 	relayFlags   `embed:""`
@@ -47,18 +48,18 @@ func (c *runCmd) AfterApply() error {
 
 // relayFlags tune the running relay.
 type relayFlags struct {
-	Window         int           `name:"window" env:"OUTBOX_WINDOW" default:"${window}" help:"Most events awaiting a PubAck at once."`
-	WindowBytes    int           `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"${window_bytes}" help:"Most payload bytes awaiting PubAcks at once."`
-	AckTimeout     time.Duration `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"How long a PubAck may take before the event is republished."`
-	StatusInterval time.Duration `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; capped at half the server's wal_sender_timeout."`
-	DrainTimeout   time.Duration `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"${drain_timeout}" help:"How long shutdown waits for in-flight publishes."`
-	MetricsAddr    string        `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"Address for /metrics, /healthz and /readyz; empty disables."`
-	RecreateSlot   bool          `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
-	RepairSince    time.Time     `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
-	MessagePrefix  string        `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`
-	Failover       bool          `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
-	MaxProcs       int           `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
-	CPUProfile     string        `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
+	Window         int               `name:"window" env:"OUTBOX_WINDOW" default:"${window}" help:"Most events awaiting a PubAck at once."`
+	WindowBytes    contract.ByteSize `name:"window-bytes" env:"OUTBOX_WINDOW_BYTES" default:"${window_bytes}" help:"Most payload bytes awaiting PubAcks at once (e.g. 64MiB, 1GB)."`
+	AckTimeout     time.Duration     `name:"ack-timeout" env:"OUTBOX_ACK_TIMEOUT" default:"${ack_timeout}" help:"How long a PubAck may take before the event is republished."`
+	StatusInterval time.Duration     `name:"status-interval" env:"OUTBOX_STATUS_INTERVAL" default:"${status_interval}" help:"Longest time between status updates to Postgres; capped at half the server's wal_sender_timeout."`
+	DrainTimeout   time.Duration     `name:"drain-timeout" env:"OUTBOX_DRAIN_TIMEOUT" default:"${drain_timeout}" help:"How long shutdown waits for in-flight publishes."`
+	MetricsAddr    string            `name:"metrics-addr" env:"OUTBOX_METRICS_ADDR" default:"${metrics_addr}" help:"Address for /metrics, /healthz and /readyz; empty disables."`
+	RecreateSlot   bool              `name:"recreate-slot" help:"Repair a gap, once: drop the slot, create a new one and publish from its snapshot every committed row the stream lacks (by id), then stream."`
+	RepairSince    time.Time         `name:"repair-since" format:"2006-01-02T15:04:05Z07:00" help:"With --recreate-slot, only compare rows created at or after this time (RFC 3339)."`
+	MessagePrefix  string            `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`
+	Failover       bool              `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
+	MaxProcs       int               `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
+	CPUProfile     string            `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
 
 func (f relayFlags) validate() error {
@@ -66,7 +67,7 @@ func (f relayFlags) validate() error {
 	case f.Window < 1 || f.Window > 1<<16:
 		return fmt.Errorf("--window %d: use 1 to 65536", f.Window)
 	case f.WindowBytes < 1<<20:
-		return fmt.Errorf("--window-bytes %d: use at least 1 MiB", f.WindowBytes)
+		return fmt.Errorf("--window-bytes %s: use at least 1MiB", f.WindowBytes)
 	case f.AckTimeout < 100*time.Millisecond:
 		return fmt.Errorf("--ack-timeout %s: use at least 100ms", f.AckTimeout)
 	case f.StatusInterval < 100*time.Millisecond:
@@ -104,7 +105,7 @@ func (c *runCmd) config() (relay.Config, error) {
 		}
 	}
 	cfg.PrimaryURL = c.PrimaryURL
-	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, c.WindowBytes, c.AckTimeout
+	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, int(c.WindowBytes), c.AckTimeout
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
 	cfg.MessagePrefix = c.MessagePrefix

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 )
@@ -21,14 +22,14 @@ type statusCmd struct {
 	pgFlags      `embed:""`
 	natsFlags    `embed:""`
 	nameFlags    `embed:""`
-	JSON         bool          `name:"json" help:"Print JSON instead of text."`
-	MaxLagBytes  int64         `name:"max-lag-bytes" help:"Exit 1 when the slot holds more unconfirmed WAL than this many bytes (0: not checked)."`
-	MaxLagAge    time.Duration `name:"max-lag-age" help:"Exit 1 when the relay confirms WAL later than this after Postgres wrote it (pg_stat_replication.flush_lag; 0: not checked); with --source poll, when the oldest pending row is older."`
-	Source       string        `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"poll: report the table's pending rows (run --source poll) instead of the slot."`
-	FailInactive bool          `name:"fail-inactive" help:"Exit 1 when no relay streams from the slot."`
-	MaxInactive  time.Duration `name:"max-inactive" help:"With --fail-inactive, only once the slot has been inactive this long (Postgres 17+ says since when; earlier versions fail at once)."`
-	Watch        bool          `name:"watch" short:"w" help:"Refresh every --interval until Ctrl-C: a live view on a terminal, one line per interval otherwise."`
-	Interval     time.Duration `name:"interval" default:"1s" help:"Refresh interval of --watch."`
+	JSON         bool              `name:"json" help:"Print JSON instead of text."`
+	MaxLagBytes  contract.ByteSize `name:"max-lag-bytes" default:"0" help:"Exit 1 when the slot holds more unconfirmed WAL than this (e.g. 1GiB, 500MB; 0: not checked)."`
+	MaxLagAge    time.Duration     `name:"max-lag-age" help:"Exit 1 when the relay confirms WAL later than this after Postgres wrote it (pg_stat_replication.flush_lag; 0: not checked); with --source poll, when the oldest pending row is older."`
+	Source       string            `name:"source" env:"OUTBOX_SOURCE" default:"wal" enum:"wal,poll" help:"poll: report the table's pending rows (run --source poll) instead of the slot."`
+	FailInactive bool              `name:"fail-inactive" help:"Exit 1 when no relay streams from the slot."`
+	MaxInactive  time.Duration     `name:"max-inactive" help:"With --fail-inactive, only once the slot has been inactive this long (Postgres 17+ says since when; earlier versions fail at once)."`
+	Watch        bool              `name:"watch" short:"w" help:"Refresh every --interval until Ctrl-C: a live view on a terminal, one line per interval otherwise."`
+	Interval     time.Duration     `name:"interval" default:"1s" help:"Refresh interval of --watch."`
 }
 
 // Run prints the slot's and the stream's state. Exit codes: 0 no problem,
@@ -88,7 +89,7 @@ func (c *statusCmd) Run(ctx context.Context, log zerolog.Logger) error {
 // options are what status reads, and its limits.
 func (c *statusCmd) options(n names) inspect.Options {
 	return inspect.Options{Relay: n.relayConfig(), Poll: c.Source == sourcePoll,
-		Limits: doctor.SlotLimits{MaxLagBytes: c.MaxLagBytes, MaxLagAge: c.MaxLagAge, FailInactive: c.FailInactive, MaxInactive: c.MaxInactive}}
+		Limits: doctor.SlotLimits{MaxLagBytes: int64(c.MaxLagBytes), MaxLagAge: c.MaxLagAge, FailInactive: c.FailInactive, MaxInactive: c.MaxInactive}}
 }
 
 // printStatus prints r as text.

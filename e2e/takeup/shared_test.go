@@ -54,7 +54,7 @@ func TestSharedStreamToolsSeeTheirTable(t *testing.T) {
 	stdout, stderr, code := suite.Relay.RunSplit(t, append([]string{"status", "--json"}, env2.ToolArgs()...)...)
 	var st struct {
 		LastEvent struct {
-			ID string `json:"ID"`
+			ID string `json:"id"`
 		} `json:"last_event"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != 0 || st.LastEvent.ID != ids2[len(ids2)-1] {

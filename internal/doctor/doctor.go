@@ -12,6 +12,7 @@
 package doctor
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -42,6 +43,17 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 	Errors   int       `json:"errors"`
 	Warnings int       `json:"warnings"`
+}
+
+// MarshalJSON writes the report as `doctor --json` prints it
+// (docs/json.md): findings [] rather than null when there are none.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	p := plain(r)
+	if p.Findings == nil {
+		p.Findings = []Finding{}
+	}
+	return json.Marshal(p)
 }
 
 // Add appends findings and counts them.

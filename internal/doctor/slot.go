@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -48,7 +49,7 @@ func (l SlotLimits) SlotProblems(name string, s replication.SlotInfo, h replicat
 		}
 	}
 	if l.MaxLagBytes > 0 && s.LagBytes > l.MaxLagBytes {
-		out = append(out, fmt.Sprintf("slot %q lags %d bytes, more than --max-lag-bytes %d", name, s.LagBytes, l.MaxLagBytes))
+		out = append(out, fmt.Sprintf("slot %q lags %s (%d bytes), more than --max-lag-bytes %s", name, HumanBytes(s.LagBytes), s.LagBytes, contract.ByteSize(l.MaxLagBytes)))
 	}
 	if l.MaxLagAge > 0 && h.HasFlushLag && h.FlushLag > l.MaxLagAge {
 		out = append(out, fmt.Sprintf("the relay confirms WAL %s after it is written, more than --max-lag-age %s", h.FlushLag.Round(time.Millisecond), l.MaxLagAge))

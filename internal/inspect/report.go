@@ -36,7 +36,7 @@ type Report struct {
 	FlushLagSeconds    *float64           `json:"flush_lag_seconds,omitempty"`
 	WALStatus          string             `json:"wal_status,omitempty"`
 	InactiveSince      *time.Time         `json:"inactive_since,omitempty"`
-	Record             *checkpoint.Record `json:"record,omitempty"`
+	Record             *checkpoint.Record `json:"-"` // as RecordJSON
 	DeadLettersPending *int64             `json:"dead_letters_not_retried,omitempty"`
 	Stream             string             `json:"stream"`
 	StreamMessages     uint64             `json:"stream_messages"`
@@ -45,7 +45,7 @@ type Report struct {
 	// LastEvent is the newest message of the table (its system, database
 	// and table, whatever slot published it) in the stream, which other
 	// tables' relays may share.
-	LastEvent *sink.StoredEvent `json:"last_event,omitempty"`
+	LastEvent *sink.StoredEvent `json:"-"` // as EventJSON
 	// OtherSlots are the other slots recorded in the records table, with
 	// their state: an idle one keeps WAL for nobody.
 	OtherSlots []checkpoint.OtherSlot `json:"other_slots,omitempty"`
