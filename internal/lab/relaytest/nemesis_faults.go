@@ -18,7 +18,7 @@ func (n *Nemesis) inject(st Step) {
 		time.Sleep(st.Hold)
 		n.startRelay(st.N)
 	case FaultNATSKill, FaultNATSStop:
-		n.natsDown(st.Fault == FaultNATSKill)
+		n.natsDown(ctx, st.Fault == FaultNATSKill)
 		time.Sleep(st.Hold)
 		n.natsUp()
 	case FaultLeaderKill:

@@ -55,10 +55,19 @@ func (n *Nemesis) startNATS() {
 	}
 }
 
-// natsDown stops every node, with SIGKILL or SIGTERM.
-func (n *Nemesis) natsDown(kill bool) {
+// natsDown stops every node, with SIGKILL or SIGTERM, one after the
+// other: the nodes still up elect a new stream leader in between (a node
+// stopped gracefully hands its leadership on), with the relay's publishes
+// in flight, so the stop is a leader change (LeaderChange, completed by
+// leaderRecovered) like a leader's kill.
+func (n *Nemesis) natsDown(ctx context.Context, kill bool) {
 	n.t.Helper()
+	info, err := n.streamInfo(ctx)
+	if err != nil {
+		n.fatalf("read the stream before stopping NATS: %v", err)
+	}
 	n.fire()
+	n.leaderChanges = append(n.leaderChanges, LeaderChange{Before: info.State.LastSeq, Window: n.window})
 	for i := 0; i < n.nats.Len(); i++ {
 		if kill {
 			n.nats.Kill(i)

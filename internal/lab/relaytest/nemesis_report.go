@@ -68,9 +68,10 @@ func (r NemesisResult) Summary() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n  relay restarts: %d, %d of them held past the %s duplicate window; stream leaders killed: %d; "+
-		"stream leader elections in the nats-server logs: %d (the first, one per leader killed and per restart of the whole cluster: %d)",
-		r.RelayRestarts, r.PastWindow, DuplicateWindow, len(r.LeaderChanges), r.LeaderElections,
-		1+len(r.LeaderChanges)+r.Counts[FaultNATSKill]+r.Counts[FaultNATSStop])
+		"stream leader elections in the nats-server logs: %d (the first, one per leader killed and per restart of the whole cluster: %d; "+
+		"a cluster stopped node by node may elect more on the way down, each bounded as a leader change)",
+		r.RelayRestarts, r.PastWindow, DuplicateWindow, r.Counts[FaultLeaderKill], r.LeaderElections,
+		1+r.Counts[FaultLeaderKill]+r.Counts[FaultNATSKill]+r.Counts[FaultNATSStop])
 	fmt.Fprintf(&b, "\n  in flight: %s", hitSummary(r.Hits))
 	fmt.Fprintf(&b, "\n  load: %d events committed in %s, %.0f a second (target %.0f, fails under %.0f)",
 		r.Check.Committed, r.LoadTime.Round(time.Second), r.Achieved, r.Rate, MinRateShare*r.Rate)

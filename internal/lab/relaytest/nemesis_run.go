@@ -264,7 +264,7 @@ func (n *Nemesis) runStep(st Step) {
 	n.hits = append(n.hits, *n.hit)
 	n.hit = nil
 	n.recovery[st.Fault] = max(n.recovery[st.Fault], took)
-	if st.Fault == FaultLeaderKill {
+	if st.Fault == FaultLeaderKill || st.Fault == FaultNATSKill || st.Fault == FaultNATSStop {
 		n.leaderRecovered()
 	}
 	n.checkDupAcks()
