@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -30,6 +31,8 @@ type ReplayOptions struct {
 	RunID string
 	// Progress is how often a run logs how far it got (10s when zero).
 	Progress time.Duration
+	// Show shows the progress: log lines when nil.
+	Show progress.Reporter
 }
 
 // Check says what is wrong with the options, and what to do about it;

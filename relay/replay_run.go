@@ -97,7 +97,11 @@ func Replay(ctx context.Context, d ReplayDeps, cfg Config, o ReplayOptions, log 
 	if err != nil {
 		return rep, err
 	}
-	prog := progress.New("replaying", rep.Rows-after.index-1, log)
+	show := o.Show
+	if show == nil {
+		show = progress.Log(log)
+	}
+	prog := progress.NewTo("replaying", rep.Rows-after.index-1, show)
 	stop := prog.Every(ctx, o.Progress)
 	_, err = src.Each(ctx, d.Pool, where, args, func(ev *decode.Event) error {
 		switch skip, err := after.skips(ev); {

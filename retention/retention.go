@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -68,6 +69,9 @@ type Config struct {
 	LockTimeout    time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Progress, when set, is shown the rows deleted and marked (a log
+	// line every 10s, or a bar), with the rate; the total is not known.
+	Progress progress.Reporter
 }
 
 // Validate names the first bad field.
@@ -177,11 +181,11 @@ func (c *cleaner) apply(ctx context.Context, rep *Report) error {
 		}
 	}
 	var err error
-	if rep.Deleted, err = c.batches(ctx, c.deleteSQL(), rep.Cutoff); err != nil {
+	if rep.Deleted, err = c.batches(ctx, "deleting: confirmed rows older than the retention", c.deleteSQL(), rep.Cutoff); err != nil {
 		return fmt.Errorf("delete confirmed rows of %s: %w", c.cfg.Table, err)
 	}
 	if c.cfg.MarkProcessed && c.hasProcessedAt {
-		if rep.Marked, err = c.batches(ctx, c.markSQL(), rep.Cutoff); err != nil {
+		if rep.Marked, err = c.batches(ctx, "marking processed: confirmed rows kept", c.markSQL(), rep.Cutoff); err != nil {
 			return fmt.Errorf("mark processed_at on confirmed rows of %s: %w", c.cfg.Table, err)
 		}
 	}

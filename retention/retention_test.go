@@ -1,8 +1,10 @@
 package retention_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/retention"
 )
 
@@ -151,6 +154,26 @@ func TestProcessedOnly(t *testing.T) {
 	ids, _ := rowIDs(t, env)
 	if rep.Deleted != 1 || has(ids, published) || !has(ids, pending) || !has(ids, dead) {
 		t.Errorf("deleted %d, table holds %v: want only %s deleted (report %+v)", rep.Deleted, ids, published, rep)
+	}
+}
+
+// Progress, when set, is shown the rows deleted: a bar, without a
+// total, ended by a newline.
+func TestCleanupProgress(t *testing.T) {
+	env := relaytest.NewEnv(t, server)
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, insertAt(t, env, old, fmt.Sprintf("p-%d", i)))
+	}
+	env.Exec(`UPDATE `+env.Table.Quoted()+` SET processed_at = now() WHERE id = ANY($1::uuid[])`, ids)
+	var buf bytes.Buffer
+	rep := cleanup(t, env, func(c *retention.Config) {
+		c.ProcessedOnly, c.Slot, c.Progress = true, "", progress.NewBar(&buf)
+	})
+	out := buf.String()
+	if rep.Deleted != 5 || !strings.HasPrefix(out, "\rdeleting 5 rows") || !strings.HasSuffix(out, "\n") || strings.Contains(out, "%") {
+		t.Errorf("deleted %d, bar %q: want 5 rows deleted shown without a total", rep.Deleted, out)
 	}
 }
 

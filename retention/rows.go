@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 )
 
 // confirmed is the condition that the event of outbox row o is stored and
@@ -51,10 +53,16 @@ func (c *cleaner) markSQL() string {
 }
 
 // batches runs one batch statement, each in its own transaction, until a
-// batch affects fewer rows than Batch, and returns the rows affected.
-func (c *cleaner) batches(ctx context.Context, sql string, cutoff time.Time) (int64, error) {
+// batch affects fewer rows than Batch, and returns the rows affected;
+// Config.Progress is shown them as msg.
+func (c *cleaner) batches(ctx context.Context, msg, sql string, cutoff time.Time) (int64, error) {
 	args := c.args(cutoff)
 	var total int64
+	var prog *progress.Meter
+	if c.cfg.Progress != nil {
+		prog = progress.NewTo(msg, 0, c.cfg.Progress)
+		defer prog.Every(ctx, 0)()
+	}
 	for {
 		start := time.Now()
 		tag, err := c.pool.Exec(ctx, sql, args)
@@ -63,6 +71,9 @@ func (c *cleaner) batches(ctx context.Context, sql string, cutoff time.Time) (in
 		}
 		n := tag.RowsAffected()
 		total += n
+		if prog != nil {
+			prog.AddN(n)
+		}
 		c.log.Debug().Int64("rows", n).Dur("took", time.Since(start)).Msg("batch")
 		if n < int64(c.cfg.Batch) {
 			return total, nil

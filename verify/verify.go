@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -52,10 +51,10 @@ type Options struct {
 	// older messages (sink.Reader.Horizon): those events are not lacking.
 	// Report.LeftOut says what was left out.
 	WithinHorizon bool
-	// Progress, when set, gets a line every 10s while the stream is read:
-	// the messages read, of about as many as the rows compared, the rate
-	// and the time left.
-	Progress *zerolog.Logger
+	// Progress, when set, is shown how far the stream was read (a log
+	// line every 10s, or a bar): the messages read, of about as many as
+	// the rows compared, the rate and the time left.
+	Progress progress.Reporter
 }
 
 // Keys: rows and messages are compared by key. For one table the key is
@@ -164,7 +163,7 @@ func Run(ctx context.Context, db Querier, r sink.Reader, opts Options) (Report, 
 	}
 	var prog *progress.Meter
 	if opts.Progress != nil {
-		prog = progress.New("verifying: reading the stream (total: the rows compared)", len(rows), *opts.Progress)
+		prog = progress.NewTo("verifying: reading the stream (total: the rows compared)", len(rows), opts.Progress).Counting("messages")
 		defer prog.Every(ctx, 0)()
 	}
 	err = r.Scan(ctx, from, func(ev sink.StoredEvent, ok bool) bool {

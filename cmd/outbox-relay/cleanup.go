@@ -63,7 +63,7 @@ func (c *cleanupCmd) Run(ctx context.Context, log zerolog.Logger) error {
 			Table: table, Slot: c.Slot, RecordSchema: tables[0].Schema, QualifiedKeys: several,
 			Retention: c.Retention, Batch: c.Batch, Wait: c.Wait,
 			DryRun: c.DryRun, MarkProcessed: c.MarkProcessed, DropPartitions: c.DropPartitions, LockTimeout: c.LockTimeout,
-			ProcessedOnly: c.Source == sourcePoll,
+			ProcessedOnly: c.Source == sourcePoll, Progress: progressTo(log),
 		}, log)
 		if err != nil {
 			return err

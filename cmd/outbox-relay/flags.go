@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/core"
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/progress"
 	"github.com/outbox-relay/outbox-relay/poll"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -46,6 +47,15 @@ func (f logFlags) logger() zerolog.Logger {
 		log = zerolog.New(os.Stderr)
 	}
 	return log.Level(level).With().Timestamp().Logger()
+}
+
+// progressTo shows the progress of a command's long work: a bar when
+// stderr is a terminal, log lines otherwise.
+func progressTo(log zerolog.Logger) progress.Reporter {
+	if isatty.IsTerminal(os.Stderr.Fd()) {
+		return progress.NewBar(os.Stderr)
+	}
+	return progress.Log(log)
 }
 
 type pgFlags struct {

@@ -25,7 +25,7 @@ type replayCmd struct {
 	IntoRelayStream bool          `name:"into-relay-stream" help:"Publish the copies into the relay's own stream, on its subjects: its consumers see them (marked Outbox-Replay: replay)."`
 	RunID           string        `name:"run-id" help:"Run id in every copy's Nats-Msg-Id (replay/<run id>/<event id>); rerun an interrupted replay with the id it printed to go on where it stopped."`
 	DryRun          bool          `name:"dry-run" help:"Count the rows in range; publish nothing."`
-	Progress        time.Duration `name:"progress" default:"10s" help:"How often to log progress."`
+	Progress        time.Duration `name:"progress" default:"10s" help:"How often to log progress (on a terminal a bar shows it instead; negative: never)."`
 }
 
 func (c *replayCmd) Run(ctx context.Context, log zerolog.Logger) error {
@@ -37,7 +37,7 @@ func (c *replayCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	o := relay.ReplayOptions{Since: c.Since, Until: c.Until, AggregateTypes: c.AggregateType, AggregateIDs: c.AggregateID,
-		ToStream: c.ToStream, SubjectPrefix: c.SubjectPrefix, IntoRelayStream: c.IntoRelayStream, RunID: c.RunID, Progress: c.Progress}
+		ToStream: c.ToStream, SubjectPrefix: c.SubjectPrefix, IntoRelayStream: c.IntoRelayStream, RunID: c.RunID, Progress: c.Progress, Show: progressTo(log)}
 	if err := o.Check(n.stream); err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func (c *verifyCmd) Run(ctx context.Context, log zerolog.Logger) error {
 		return err
 	}
 	defer tools.close()
-	opts := verify.Options{Table: n.table, MoreTables: n.more, Since: c.Since, Until: c.Until, Progress: &log}
+	opts := verify.Options{Table: n.table, MoreTables: n.more, Since: c.Since, Until: c.Until, Progress: progressTo(log)}
 	reader := tools.reader(ctx, n, log) // the tables' messages only, in a shared stream
 	rep, err := verify.Run(ctx, tools.pool, reader, opts)
 	if err != nil {
