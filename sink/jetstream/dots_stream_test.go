@@ -94,6 +94,12 @@ func TestDottedSubjectsAdoptStream(t *testing.T) {
 	js, _ := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// A stream that stays: deleting an account's last stream removes its
+	// directory in the background, and the next creation can fail with
+	// "error creating store for stream" (see TestCreatedStreamSettings).
+	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "KEEP", Subjects: []string{"keep.>"}}); err != nil {
+		t.Fatal(err)
+	}
 	escape, _ := sink.ParseTemplate(contract.DefaultSubject)
 	tokens, _ := sink.ParseTemplate(contract.DefaultSubject, sink.WithDots(sink.DotsTokens))
 	for _, c := range []struct {

@@ -31,7 +31,6 @@ func testSpec(t *testing.T, name string, settings StreamSettings) StreamSpec {
 // refuses new messages when full. Memory storage and discard old are
 // created as asked, with the warning an existing stream with them gets.
 func TestCreatedStreamSettings(t *testing.T) {
-	js, _ := startJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
@@ -53,13 +52,18 @@ func TestCreatedStreamSettings(t *testing.T) {
 			[]string{"discards old messages", "--discard new"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A server of its own: deleting an account's last stream
+			// removes its directory in the background, and a stream
+			// created meanwhile can fail with "error creating store for
+			// stream" (nats-server 2.15.2: "mkdir …/jetstream/$G/streams:
+			// no such file or directory").
+			js, _ := startJetStream(t)
 			var logs bytes.Buffer
 			spec := testSpec(t, tc.name, tc.settings)
 			spec.DuplicateWindow = tc.window
 			if _, err := EnsureStream(ctx, js, spec, zerolog.New(&logs)); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), tc.name) })
 			stream, err := js.Stream(ctx, tc.name)
 			if err != nil {
 				t.Fatal(err)
