@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -55,11 +56,9 @@ func (o OtherSlot) ServesAny(tables []contract.Table) (table contract.Table, ok 
 // records table: for a slot no relay will use again (it keeps WAL).
 func (o OtherSlot) DropSQL(schema string) string {
 	lit := "'" + strings.ReplaceAll(o.Slot, "'", "''") + "'"
-	return fmt.Sprintf("SELECT pg_drop_replication_slot(%s); DELETE FROM %s.%s WHERE slot_name = %s;",
-		lit, quoteIdent(schema), RecordsTable, lit)
+	return fmt.Sprintf("SELECT pg_drop_replication_slot(%s); DELETE FROM %s WHERE slot_name = %s;",
+		lit, pgx.Identifier{schema, RecordsTable}.Sanitize(), lit)
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // OtherSlots returns the slots recorded in the store's records table
 // other than its own, each with its state read from slots (the server

@@ -376,14 +376,6 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-func TestPercentDecode(t *testing.T) {
-	for in, want := range map[string]string{"a%20b": "a b", "%0A%25": "\n%", "100%": "100%", "%zz": "%zz", "%4": "%4", "plain": "plain"} {
-		if got := percentDecode(in); got != want {
-			t.Errorf("percentDecode(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // The handler sees the row's values, percent-encoding undone.
 func TestMessageFields(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d driver) {

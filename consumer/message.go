@@ -63,7 +63,7 @@ func newMessage(jm jetstream.Msg) (*Message, error) {
 	value := func(key string) string {
 		v := h.Get(key)
 		if encoded[key] {
-			return percentDecode(v)
+			return contract.PercentDecode(v)
 		}
 		return v
 	}
@@ -122,26 +122,6 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 		return s, false
 	}
 	return s[len(prefix):], true
-}
-
-// percentDecode undoes the relay's encoding of header values (%XX).
-// Malformed escapes are kept as they are.
-func percentDecode(v string) string {
-	if !strings.Contains(v, "%") {
-		return v
-	}
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		if v[i] == '%' && i+2 < len(v) {
-			if n, err := strconv.ParseUint(v[i+1:i+3], 16, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(v[i])
-	}
-	return b.String()
 }
 
 // recordID is the id a message is recorded under: its Nats-Msg-Id, or its

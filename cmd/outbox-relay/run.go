@@ -166,7 +166,8 @@ type runner interface {
 // serve runs the relay build returns, with NATS, the metrics server and,
 // when the OTEL_* variables ask for it, tracing.
 func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr string, log zerolog.Logger, build func(core.Deps) (runner, error)) error {
-	tracing, err := startTracing(ctx, log)
+	bi := buildinfo.Read()
+	tracing, err := startTracing(ctx, log, bi.Version)
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 	// PubAcks end the last spans.
 	defer stopTracing(ctx, tracing, log)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(buildinfo.Read().Collector())
+	reg.MustRegister(bi.Collector())
 	health := newHealth()
 	var srv *metricsServer
 	if metricsAddr != "" {
@@ -210,8 +211,8 @@ func serve(ctx context.Context, natsOpts jetstream.NATSOptions, metricsAddr stri
 
 // startTracing sets up tracing as the OTEL_* variables ask (off when they
 // do not; see internal/telemetry).
-func startTracing(ctx context.Context, log zerolog.Logger) (*telemetry.Tracing, error) {
-	tracing, err := telemetry.FromEnv(ctx, os.Getenv, buildinfo.Read().Version)
+func startTracing(ctx context.Context, log zerolog.Logger, version string) (*telemetry.Tracing, error) {
+	tracing, err := telemetry.FromEnv(ctx, os.Getenv, version)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}

@@ -138,32 +138,10 @@ func settleCluster(t *testing.T, env *relaytest.Env, relay *relaytest.Relay, w *
 	t.Helper()
 	env.WaitRows(3 * time.Minute)
 	env.WaitSlotCaughtUp(relaytest.FaultWait)
-	waitReplicasCurrent(t, stream)
+	relaytest.WaitReplicasCurrent(t, stream)
 	res := relaytest.Settle(t, env, relay, w, relaytest.Expect{MinTx: 50, LeaderChanges: changes})
 	t.Logf("%d inversions tolerated, each within one of the leader changes %+v", len(res.Tolerated), changes)
 	for _, d := range res.Tolerated[:min(len(res.Tolerated), 3)] {
 		t.Logf("tolerated: %s", d)
 	}
-}
-
-// waitReplicasCurrent waits until every replica of the clustered stream
-// is online and current: a consumer the check reads with may be placed on
-// a node still catching up after its restart, and read a stream that lacks
-// the messages it has not caught up with yet (it saw 406 fewer once).
-func waitReplicasCurrent(t *testing.T, stream jetstream.Stream) {
-	t.Helper()
-	relaytest.WaitFor(t, relaytest.FaultWait, "every replica of the stream to be current", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		info, err := stream.Info(ctx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-			return false
-		}
-		for _, r := range info.Cluster.Replicas {
-			if !r.Current || r.Offline {
-				return false
-			}
-		}
-		return true
-	})
 }

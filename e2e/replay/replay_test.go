@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -176,40 +175,13 @@ func TestReplayIntoRelayStream(t *testing.T) {
 	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	relaytest.StopRelay(t, relay)
 
-	var killed time.Time
-	for attempt := 0; ; attempt++ {
-		relay = suite.StartRelay(t, env, "--status-interval", "30s")
-		relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
-		var last []string
-		for i := 0; i < 10; i++ {
-			last = env.Tx(relaytest.NewRow("order", "b", "batch", `{}`), relaytest.NewRow("order", "c", "batch", `{}`))
-		}
-		// The batch is stored once its last transaction is: the count of
-		// messages would not do, as it holds the copies of attempt 0.
-		relaytest.WaitFor(t, 30*time.Second, "the batch stored", func() bool {
-			stored := relaytest.StoredByID(t, env)
-			for _, id := range last {
-				if stored[id] == nil {
-					return false
-				}
-			}
-			return true
-		})
+	killed := suite.KillBeforeConfirm(t, env, func(attempt int) {
 		if attempt == 0 {
 			// Copies while the relay runs, then after its batch: the
 			// newest messages of the stream when it restarts.
 			replay(t, env, "--since", rfc(since), "--into-relay-stream")
 		}
-		relay.Kill()
-		killed = time.Now()
-		lsn, _ := pglogrepl.ParseLSN(relaytest.StoredByID(t, env)[last[0]].Header.Get(contract.HeaderCommitLSN))
-		if env.SlotInfo().ConfirmedFlush <= lsn {
-			break
-		}
-		if attempt == 5 {
-			t.Fatal("could not kill the relay between PubAck and status update in 6 attempts")
-		}
-	}
+	})
 	run, _ := replay(t, env, "--since", rfc(since), "--into-relay-stream")
 	msgs := relaytest.StreamInOrder(t, env)
 	if m := msgs[len(msgs)-1]; m.Header.Get(contract.HeaderReplay) != contract.ReplayCopy || !strings.HasPrefix(m.Header.Get(contract.HeaderMsgID), contract.ReplayMsgID(run, "")) {

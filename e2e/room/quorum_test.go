@@ -44,7 +44,7 @@ func TestNoRoomQuorumLost(t *testing.T) {
 	time.Sleep(5 * time.Second) // a leader without its quorum steps down after a while
 	startAll(cluster, killed)
 	b.requireRoomAgain(t, relay)
-	waitReplicasCurrent(t, stream)
+	relaytest.WaitReplicasCurrent(t, stream)
 
 	// Killed while blocked: the relay started without a quorum waits for
 	// one, and says why.
@@ -70,7 +70,7 @@ func TestNoRoomQuorumLost(t *testing.T) {
 	b.watch(t, 3*time.Second)
 	startAll(cluster, killed)
 	relay.WaitLog(relaytest.LogStreaming, 2*relaytest.FaultWait)
-	waitReplicasCurrent(t, stream)
+	relaytest.WaitReplicasCurrent(t, stream)
 	settle(t, env, relay, w, stop, relaytest.Expect{MinTx: 60})
 }
 
@@ -100,24 +100,4 @@ func startAll(cluster *relaytest.NATSCluster, nodes []int) {
 	for _, i := range nodes {
 		cluster.Start(i)
 	}
-}
-
-// waitReplicasCurrent waits until the stream has a leader and every
-// replica is current: the check at the end reads it throughout.
-func waitReplicasCurrent(t *testing.T, stream jetstream.Stream) {
-	t.Helper()
-	relaytest.WaitFor(t, relaytest.FaultWait, "every replica of the stream current again", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		info, err := stream.Info(ctx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-			return false
-		}
-		for _, p := range info.Cluster.Replicas {
-			if !p.Current || p.Offline {
-				return false
-			}
-		}
-		return true
-	})
 }

@@ -89,7 +89,7 @@ func TestRenamedSlotPublishesOnlyWhatTheStreamLacks(t *testing.T) {
 // relay's metric name the idle slot and the WAL it keeps.
 func requireIdleSlotReported(t *testing.T, env *relaytest.Env, r *relaytest.Relay, idle string) {
 	t.Helper()
-	drop := fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); DELETE FROM \"public\".outbox_relay_slots WHERE slot_name = '%s';", idle, idle)
+	drop := fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); DELETE FROM \"public\".\"outbox_relay_slots\" WHERE slot_name = '%s';", idle, idle)
 	out, _ := suite.Relay.RunCLI(t, append([]string{"doctor"}, env.ToolArgs()...)...)
 	if !strings.Contains(out, "postgres.other_slots") || !strings.Contains(out, drop) || !strings.Contains(out, "no relay streams from it") {
 		t.Errorf("doctor does not report the idle slot %q with the SQL that drops it:\n%s", idle, out)

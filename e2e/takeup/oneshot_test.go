@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/internal/lab/relaytest"
 )
@@ -30,27 +28,7 @@ func TestRepublishDoesNotBlindTheResume(t *testing.T) {
 	env.WaitSlotCaughtUp(relaytest.FaultWait)
 	relaytest.StopRelay(t, relay)
 
-	var killed time.Time
-	for attempt := 0; ; attempt++ {
-		relay = suite.StartRelay(t, env, "--status-interval", "30s")
-		relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
-		var last []string
-		for i := 0; i < 10; i++ {
-			last = env.Tx(relaytest.NewRow("order", "b", "batch", `{}`), relaytest.NewRow("order", "c", "batch", `{}`))
-		}
-		want := uint64(len(env.TableIDs()))
-		relaytest.WaitFor(t, 30*time.Second, "the batch stored", func() bool { return env.CountStored() >= want })
-		relay.Kill()
-		killed = time.Now()
-		// The precondition: the slot still has the batch's last transaction to replay.
-		lsn, _ := pglogrepl.ParseLSN(relaytest.StoredByID(t, env)[last[0]].Header.Get(contract.HeaderCommitLSN))
-		if env.SlotInfo().ConfirmedFlush <= lsn {
-			break
-		}
-		if attempt == 5 {
-			t.Fatal("could not kill the relay between PubAck and status update in 6 attempts")
-		}
-	}
+	killed := suite.KillBeforeConfirm(t, env, nil)
 	// Past the window, so that JetStream stores the republished event.
 	time.Sleep(2 * env.DuplicateWindow)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -80,7 +80,7 @@ func TestPGFindings(t *testing.T) {
 		{"no other slot", func(*pgFacts) {}, "postgres.other_slots", OK, "", nil},
 		{"another slot of the table idle", func(f *pgFacts) {
 			f.Others = []checkpoint.OtherSlot{{Slot: "outbox_relay_old", Table: "public.outbox_events", Exists: true, RetainedBytes: 3 << 20}}
-		}, "postgres.other_slots", Warn, `SELECT pg_drop_replication_slot('outbox_relay_old'); DELETE FROM "public".outbox_relay_slots WHERE slot_name = 'outbox_relay_old';`, nil},
+		}, "postgres.other_slots", Warn, `SELECT pg_drop_replication_slot('outbox_relay_old'); DELETE FROM "public"."outbox_relay_slots" WHERE slot_name = 'outbox_relay_old';`, nil},
 		{"another slot of the table streams", func(f *pgFacts) {
 			f.Others = []checkpoint.OtherSlot{{Slot: "outbox_relay_v2", Table: "public.outbox_events", Exists: true, Active: true, ActivePID: 9}}
 		}, "postgres.other_slots", Error, "--slot outbox_relay_v2", nil},

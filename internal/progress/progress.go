@@ -156,9 +156,3 @@ func (m *Meter) Snapshot(now time.Time) Snapshot {
 
 // Line shows the progress as of now.
 func (m *Meter) Line(now time.Time) { m.r.Show(m.Snapshot(now)) }
-
-// Rate returns items a second and the time left at that rate (0 while
-// nothing is done or the total is not known).
-func (m *Meter) Rate(done int, elapsed time.Duration) (float64, time.Duration) {
-	return Snapshot{Done: done, Total: m.total, Elapsed: elapsed}.Rate()
-}

@@ -11,11 +11,10 @@ import (
 
 // TestRate: items a second, and the time left at that rate.
 func TestRate(t *testing.T) {
-	m := New("x", 1000, zerolog.Nop())
-	if rate, left := m.Rate(250, 5*time.Second); rate != 50 || left != 15*time.Second {
+	if rate, left := (Snapshot{Done: 250, Total: 1000, Elapsed: 5 * time.Second}).Rate(); rate != 50 || left != 15*time.Second {
 		t.Errorf("rate %v, left %v; want 50 and 15s", rate, left)
 	}
-	if rate, left := m.Rate(0, time.Second); rate != 0 || left != 0 {
+	if rate, left := (Snapshot{Done: 0, Total: 1000, Elapsed: time.Second}).Rate(); rate != 0 || left != 0 {
 		t.Errorf("nothing done: rate %v, left %v", rate, left)
 	}
 }

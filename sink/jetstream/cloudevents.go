@@ -109,7 +109,9 @@ const (
 // Outbox-Percent-Encoded; encoded is that list for the other headers.
 func (w *wireMsg) fillCloudEvent(ev *decode.Event, encoded []string) []string {
 	w.setCE(contract.HeaderCESpecVersion, contract.CESpecVersion)
-	w.setCE(contract.HeaderCEID, contract.CEEncode(ev.ID))
+	// The id JetStream dedups by: unique per source even when a relay of
+	// several tables is given one --ce-source for all of them.
+	w.setCE(contract.HeaderCEID, contract.CEEncode(ev.MsgID()))
 	w.setCE(contract.HeaderCESource, w.ce.sourceOf(ev))
 	w.setCE(contract.HeaderCEType, contract.CEEncode(ev.EventType))
 	w.setCE(contract.HeaderCEDataContentType, contract.CEEncode(dataContentType(ev)))

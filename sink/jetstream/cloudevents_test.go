@@ -178,9 +178,15 @@ func TestCloudEventSourceOfItsTable(t *testing.T) {
 	w := newWireMsg().withFormat(Format{CloudEvents: true, CESource: "/postgres/app/a.outbox",
 		TableSources: map[string]string{"a.outbox": "/postgres/app/a.outbox", "b.outbox": "/postgres/app/b.outbox"}})
 	for table, want := range map[string]string{"b.outbox": "/postgres/app/b.outbox", "a.outbox": "/postgres/app/a.outbox", "": "/postgres/app/a.outbox"} {
-		w.fillEvent(&decode.Event{ID: "1", EventType: "t", Table: table, Payload: []byte(`{}`)}, "s", "r")
+		ev := &decode.Event{ID: "1", EventType: "t", Table: table, QualifyID: true, Payload: []byte(`{}`)}
+		w.fillEvent(ev, "s", "r")
 		if got := w.msg.Header.Get(contract.HeaderCESource); got != want {
 			t.Errorf("table %q: ce-source %q, want %q", table, got, want)
+		}
+		// Row 1 of each table: ce-id is the Nats-Msg-Id, qualified, so
+		// that one --ce-source for every table still names each once.
+		if got, msgID := w.msg.Header.Get(contract.HeaderCEID), w.msg.Header.Get(contract.HeaderMsgID); got != contract.CEEncode(msgID) {
+			t.Errorf("table %q: ce-id %q, want the Nats-Msg-Id %q", table, got, msgID)
 		}
 	}
 }

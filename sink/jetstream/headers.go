@@ -319,30 +319,11 @@ func truncateValue(v string) string {
 func headerValue(h nats.Header, key string) string {
 	v := h.Get(key)
 	for _, name := range strings.Split(h.Get(contract.HeaderPercentEncoded), ",") {
-		if name == key {
-			return percentDecode(v)
+		if strings.TrimSpace(name) == key {
+			return contract.PercentDecode(v)
 		}
 	}
 	return v
-}
-
-// percentDecode undoes percentEncode.
-func percentDecode(v string) string {
-	if !strings.Contains(v, "%") {
-		return v
-	}
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		if v[i] == '%' && i+2 < len(v) {
-			if n, err := strconv.ParseUint(v[i+1:i+3], 16, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(v[i])
-	}
-	return b.String()
 }
 
 // headerSize is the size of the header block nats.go writes for h.

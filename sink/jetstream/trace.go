@@ -104,7 +104,7 @@ func (t *tracer) attributes(ev *decode.Event) []attribute.KeyValue {
 	attrs = append(attrs, t.constant...)
 	return append(attrs,
 		semconv.MessagingDestinationName(t.subject.Render(ev)),
-		semconv.MessagingMessageID(ev.ID),
+		semconv.MessagingMessageID(ev.MsgID()), // as Nats-Msg-Id: qualified by a relay of several tables
 		semconv.MessagingMessageBodySize(len(ev.Payload)),
 		attrLSN.String(formatLSN(ev.Position.CommitLSN)),
 		attrEventType.String(ev.EventType),
