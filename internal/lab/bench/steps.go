@@ -34,6 +34,10 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 				return err
 			}
 			b.report.add("l2", "L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took)
+			b.progress("L2S: what the message shape costs: JetStream storing %d messages of ~%d bytes in each of %d header sets, twice", b.cfg.Events, size, len(msgShapes()))
+			if err := b.shapes(ctx, b.cfg.Events, size); err != nil {
+				return err
+			}
 		}
 		b.progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
 		key := fmt.Sprintf("%drow", perTxn)
