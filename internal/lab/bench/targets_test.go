@@ -61,7 +61,7 @@ func TestTargets(t *testing.T) {
 	}
 	var out strings.Builder
 	printTargets(&out, results)
-	for _, want := range []string{"not measured: needs 1000 in --rates", "of 40.0 µs/event (relay 11.0 + nats-server 16.5 + walsender 12.5; pg_recvlogical's pipeline 34.4)"} {
+	for _, want := range []string{"not measured: needs 1000 in --rates", "1-row: the relay's pipeline 40.0 µs/event (relay 11.0 + nats-server 16.5 + walsender 12.5), pg_recvlogical's 34.4"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the targets table lacks %q:\n%s", want, out.String())
 		}
