@@ -58,7 +58,7 @@ func msgShapes() []msgShape {
 var shapeSource = sink.Source{System: "7449917812345678901", Timeline: 1, Slot: "outbox_relay", Origin: 0x1A2B3C40,
 	Database: "app", Table: "public.outbox_events"}
 
-// shapedMsg returns the relay's message for sample event i, stamped with
+// msg returns the relay's message for sample event i, stamped with
 // shapeSource, on subject, with the headers s keeps.
 func (s msgShape) msg(i, payloadSize int, subject string) *nats.Msg {
 	ev := sampleEvent(i, payloadSize)

@@ -68,15 +68,17 @@ func (b *bench) split(ctx context.Context) error {
 		}
 	}
 	slots := []string{"recv_s1_all_a", "recv_s1_p0", "recv_s1_p1", "recv_s1_all_b"}
-	end, err := b.backlog(ctx, sc, n, 1, slots...)
-	if err != nil {
-		return err
-	}
+	// Dropped however the measure ends: a slot left behind keeps WAL (on a
+	// --pg-url server, where the run's cleanup drops only bench_* slots).
 	defer func() {
 		for _, slot := range slots {
 			_ = replication.DropSlot(context.WithoutCancel(ctx), b.pool, slot)
 		}
 	}()
+	end, err := b.backlog(ctx, sc, n, 1, slots...)
+	if err != nil {
+		return err
+	}
 	var half int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+sc.table.Quoted()+` WHERE `+splitFilter(0)).Scan(&half); err != nil {
 		return fmt.Errorf("S1: count the first part: %w", err)
