@@ -20,6 +20,9 @@ import (
 // from one connection, like L2, with fewer and fewer of the relay's
 // headers, to see what each header set costs nats-server and the client.
 
+// maxShapeEvents is the most messages of a pass of L2S.
+const maxShapeEvents = 50000
+
 // msgShape is a set of the relay's headers that a message keeps.
 type msgShape struct {
 	key, label string
