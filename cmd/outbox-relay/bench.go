@@ -25,7 +25,8 @@ type benchCmd struct {
 	Duration        time.Duration `name:"duration" default:"10s" help:"Length of each latency run."`
 	Baseline        int           `name:"baseline" default:"20000" help:"Rows for the polling relay baseline (R4); 0 skips it."`
 	Tables          int           `name:"tables" default:"0" help:"Backlog of each of two tables in the several-tables comparison (T1): one relay reading both tables on one slot against two relays reading one each; 0 skips it."`
-	Only            string        `name:"only" help:"Run only these measurements, comma-separated: limits (L1, L2, R1), cold (C1), latency (R2), resources (R3), baseline (R4), tables (T1)."`
+	Split           int           `name:"split" default:"0" help:"Backlog of the one-slot against two-slots comparison (S1): one table read by pg_recvlogical through one slot, and through two slots whose publications split it with row filters on a hash of aggregate_id (Postgres 15+), side by side; 0 skips it."`
+	Only            string        `name:"only" help:"Run only these measurements, comma-separated: limits (L1, L2, R1), cold (C1), latency (R2), resources (R3), baseline (R4), tables (T1), split (S1)."`
 	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
@@ -46,7 +47,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Tables: c.Tables, Only: c.Only, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
+		Baseline: c.Baseline, Tables: c.Tables, Split: c.Split, Only: c.Only, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

@@ -201,6 +201,8 @@ func TestBenchCommand(t *testing.T) {
 		"L2 JetStream publish limit", "R3 relay drain, 2000 events, one transaction",
 		"one batch per tick (as written)", "Where the CPU goes during the latency runs",
 		"outbox-relay --source poll", "table-vs-stream check: 10900 events, none missing",
+		"L2S full: the relay's headers, as it sends them 13", "L2S id: Nats-Msg-Id only 1 63",
+		"Targets (issue 23), from this run's figures", "relay peak RSS, one large transaction ≤ 100 MiB",
 	} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
@@ -262,7 +264,8 @@ func requireBenchRecord(t *testing.T, path, out string) {
 		t.Errorf("--json: the tables are not those printed:\n%s", rec.Tables)
 	}
 	for _, key := range []string{"r1.1row.vs_recv_x", "r1.10row.relay_us", "r3.one_txn.relay_rss_mib", "c1.1row.first_puback_ms",
-		"c1.64k.cpu_bound_x", "r2.300.p99_ms", "r4.source_poll.rate_per_s", "check.events"} {
+		"c1.64k.cpu_bound_x", "r2.300.p99_ms", "r4.source_poll.rate_per_s", "check.events",
+		"l2s.full.nats_us", "l2s.id.client_us", "targets.c1_1row_drain.measured_x", "targets.r3_one_txn_rss.met"} {
 		if _, ok := rec.Figures[key]; !ok {
 			t.Errorf("--json: no figure %s", key)
 		}

@@ -152,3 +152,17 @@ func TestCPUBoundRatio(t *testing.T) {
 		t.Fatalf("cpuBoundRatio with no relay CPU = %v, want 0", got)
 	}
 }
+
+// TestOnlySteps: --only runs the measurements it names and no others.
+func TestOnlySteps(t *testing.T) {
+	for only, want := range map[string]int{"": 7, "limits": 1, "limits, cold": 2, "tables,split": 2} {
+		b := &bench{cfg: Options{Only: only}}
+		steps, err := b.steps()
+		if err != nil || len(steps) != want {
+			t.Errorf("--only %q: %d steps (%v), want %d", only, len(steps), err, want)
+		}
+	}
+	if _, err := (&bench{cfg: Options{Only: "limits,nope"}}).steps(); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("--only nope: %v", err)
+	}
+}

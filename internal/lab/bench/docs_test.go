@@ -35,6 +35,7 @@ var figurePages = []struct{ page, section string }{
 	{"docs/performance.md", ""},
 	{"docs/performance-drain.md", ""},
 	{"docs/polling.md", "## Performance"},
+	{"docs/scaling.md", ""},
 }
 
 // TestDocsQuoteTheReport fails when a page quotes a figure the committed

@@ -45,8 +45,13 @@ func (r *report) figures(checked, coldChecked int) map[string]float64 {
 	for _, c := range r.colds {
 		coldFigures(put, c)
 	}
+	for _, sh := range r.shapes {
+		shapeFigures(put, sh)
+	}
+	splitFigures(put, r.splits)
 	put("check.events", float64(checked))
 	put("check.cold_events", float64(coldChecked))
+	targetFigures(put, checkTargets(f))
 	return f
 }
 

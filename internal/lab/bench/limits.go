@@ -100,46 +100,69 @@ func bareReceiver(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, 
 // relay's (same size, Nats-Msg-Id and headers) from one connection with
 // the standard client's asynchronous publishing and a window of 1,024.
 func jetStreamLimit(ctx context.Context, natsURL string, n, payloadSize int) (time.Duration, error) {
+	run, err := storeMessages(ctx, natsURL, n, func(i int, subject string) *nats.Msg {
+		ev := sampleEvent(i, payloadSize)
+		return jssink.EventMsg(&ev, subject)
+	}, nil)
+	return run.took, err
+}
+
+// storeMessages publishes n messages made by msg into a stream of their
+// own, from one connection with asynchronous publishing and a window of
+// 1,024, and measures storing them: the time, this process's CPU time and,
+// when natsStat reads it, nats-server's. The messages are made before the
+// clock starts.
+func storeMessages(ctx context.Context, natsURL string, n int, msg func(i int, subject string) *nats.Msg, natsStat func() (procStat, bool)) (storeRun, error) {
+	var run storeRun
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
-		return 0, err
+		return run, fmt.Errorf("connect to NATS: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024))
 	if err != nil {
-		return 0, err
+		return run, err
 	}
 	name := fmt.Sprintf("BENCH_L2_%d", time.Now().UnixNano())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench_l2_" + name + ".>"}, Storage: jetstream.FileStorage}); err != nil {
-		return 0, err
+		return run, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	defer js.DeleteStream(context.WithoutCancel(ctx), name)
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
-		ev := sampleEvent(i, payloadSize)
-		msgs[i] = jssink.EventMsg(&ev, "bench_l2_"+name+".order.created")
+		msgs[i] = msg(i, "bench_l2_"+name+".order.created")
 	}
+	run.first = msgs[0]
+	if natsStat == nil {
+		natsStat = func() (procStat, bool) { return procStat{}, false }
+	}
+	natsBefore, natsKnown := natsStat()
+	cpuBefore := selfCPU()
 	started := time.Now()
 	for _, m := range msgs {
 		// A full window waits for room: on a loaded machine a PubAck can
 		// take longer than the client's default stall wait (200 ms), which
 		// would end the measurement rather than slow it.
 		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-			return 0, err
+			return run, err
 		}
 	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return run, ctx.Err()
 	}
-	took := time.Since(started)
+	run.took = time.Since(started)
+	run.clientCPU = selfCPU() - cpuBefore
+	if natsAfter, ok := natsStat(); ok && natsKnown {
+		run.natsCPU, run.natsKnown = natsAfter.cpu-natsBefore.cpu, true
+	}
 	info, err := js.Stream(ctx, name)
 	if err != nil {
-		return 0, err
+		return run, err
 	}
 	if got := info.CachedInfo().State.Msgs; got != uint64(n) {
-		return 0, fmt.Errorf("JetStream stored %d of %d messages", got, n)
+		return run, fmt.Errorf("JetStream stored %d of %d messages", got, n)
 	}
-	return took, nil
+	return run, nil
 }

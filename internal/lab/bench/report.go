@@ -30,6 +30,8 @@ type report struct {
 	polls     []pollResult
 	colds     []coldResult
 	tables    []tablesResult
+	shapes    []shapeResult
+	splits    []splitResult
 }
 
 func (r *report) add(key, kind, what string, events int, took time.Duration) *benchRow {
@@ -61,9 +63,12 @@ func (r *report) print(out io.Writer, checked, coldChecked int) {
 	if len(r.rows) > 0 {
 		r.printThroughput(out, w)
 	}
+	r.printShapes(out)
 	r.printColds(out, coldChecked)
 	r.printTables(out)
+	r.printSplits(out)
 	r.printRest(out, w, checked)
+	printTargets(out, checkTargets(r.figures(checked, coldChecked)))
 }
 
 // printThroughput writes the throughput and resources tables.

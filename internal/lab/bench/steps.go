@@ -34,6 +34,13 @@ func (b *bench) limitsAndDrains(ctx context.Context) error {
 				return err
 			}
 			b.report.add("l2", "L2", "JetStream publish limit (async, window 1024)", b.cfg.Events, took)
+			// CPU per event settles within tens of thousands of messages;
+			// eight passes of a default run's backlog would add a minute.
+			n := min(b.cfg.Events, maxShapeEvents)
+			b.progress("L2S: what the message shape costs: JetStream storing %d messages of ~%d bytes in each of %d header sets, twice", n, size, len(msgShapes()))
+			if err := b.shapes(ctx, n, size); err != nil {
+				return err
+			}
 		}
 		b.progress("L1: pg_recvlogical over %d events in %s", b.cfg.Events, label)
 		key := fmt.Sprintf("%drow", perTxn)
