@@ -1,0 +1,302 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/sink"
+)
+
+// offerTx offers events from..to as one transaction, waiting for room.
+func offerTx(ctx context.Context, t *testing.T, p *Publisher, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		for {
+			if _, ok := p.Offer(event(i, nil)); ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("offer event %d: %v", i, ctx.Err())
+			case <-p.Room():
+			}
+		}
+	}
+	p.EndBatch(time.Now())
+}
+
+// batches groups the stream's messages by Nats-Batch-Id ("" for messages
+// published alone), checking that each batch is stored at consecutive
+// stream sequences; it returns each batch's ids.
+func batches(t *testing.T, msgs []storedMsg) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	last := map[string]uint64{}
+	for _, m := range msgs {
+		b := m.header.Get(headerBatchID)
+		if prev, ok := last[b]; ok && b != "" && prev+1 != m.seq {
+			t.Fatalf("batch %s split in the stream: sequence %d after %d", b, m.seq, prev)
+		}
+		last[b] = m.seq
+		out[b] = append(out[b], m.id)
+	}
+	return out
+}
+
+// TestAtomicTransactions: transactions of several events are stored as
+// one atomic batch each, one event alone, in order.
+func TestAtomicTransactions(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Second, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, Window: 64})
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	sizes := []int{3, 1, 10, 2, 40, 1, 5}
+	n := 0
+	for _, size := range sizes {
+		offerTx(ctx, t, p, n+1, n+size)
+		n += size
+	}
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, n); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	got := batches(t, msgs)
+	if len(got[""]) != 2 || len(got) != len(sizes)-2+1 {
+		t.Fatalf("batches %v: want %d batches and 2 events alone", got, len(sizes)-2)
+	}
+	for _, m := range msgs {
+		if v := m.header.Get(contract.HeaderAtomicFallback); v != "" {
+			t.Fatalf("event %s marked %s: %q", m.id, contract.HeaderAtomicFallback, v)
+		}
+	}
+	if p.AckedThrough() != uint64(n) {
+		t.Fatalf("AckedThrough = %d, want %d", p.AckedThrough(), n)
+	}
+}
+
+// TestAtomicFallbackLargeTransaction: a transaction larger than the limit
+// goes out as ordinary messages, each marked with the reason; the next one
+// is atomic again.
+func TestAtomicFallbackLargeTransaction(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Second, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, AtomicLimit: 5, Stream: e.stream})
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	offerTx(ctx, t, p, 1, 8)  // over the limit
+	offerTx(ctx, t, p, 9, 13) // at the limit
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, 13); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	for _, m := range msgs[:8] {
+		if v := m.header.Get(contract.HeaderAtomicFallback); !strings.Contains(v, "more than 5 events") || m.header.Get(headerBatchID) != "" {
+			t.Fatalf("event %s of the large transaction: %s %q, batch %q; want the reason and no batch", m.id, contract.HeaderAtomicFallback, v, m.header.Get(headerBatchID))
+		}
+	}
+	if got := batches(t, msgs[8:]); len(got) != 1 || len(got[""]) != 0 {
+		t.Fatalf("the transaction at the limit: batches %v, want one", got)
+	}
+}
+
+// TestAtomicDuplicateInWindow: a batch holding ids the stream stored
+// within its duplicate window, where recovery's read of the stream does
+// not reach (before the publisher's start), is refused whole (10201);
+// recovery reads the stream and the transaction goes out as ordinary
+// messages: the stored events are not stored again, the others are, in
+// order. (In the relay the take-up's Holdings keeps such events from
+// being offered at all; this is the guard behind it.)
+func TestAtomicDuplicateInWindow(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute, AllowAtomicPublish: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, i := range []int{2, 3} { // an earlier copy of part of the transaction
+		m := FormatEventMsg(event(i, nil), "outbox.order.created", Format{})
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, StartSeq: e.lastSeq(t)})
+	p.log = zerolog.New(zerolog.NewTestWriter(t))
+	run(t, p)
+	offerTx(ctx, t, p, 1, 4)
+	// Settled before the next transaction goes: a transaction sent while
+	// a batch before it is refused would be stored ahead of the refused
+	// batch's events (the order exception docs/guarantees.md states).
+	drain(t, p, 10*time.Second)
+	offerTx(ctx, t, p, 5, 7)
+	drain(t, p, 10*time.Second)
+
+	msgs := e.contents(t)
+	want := append([]string{event(2, nil).ID, event(3, nil).ID}, wantIDs(1, 1)...)
+	want = append(want, wantIDs(4, 7)...)
+	if got := ids(msgs); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	for _, m := range msgs[2:4] {
+		if v := m.header.Get(contract.HeaderAtomicFallback); !strings.Contains(v, "10201") {
+			t.Fatalf("event %s: %s %q, want the 10201 reason", m.id, contract.HeaderAtomicFallback, v)
+		}
+	}
+	if got := batches(t, msgs[4:]); len(got) != 1 || len(got[""]) != 0 {
+		t.Fatalf("the next transaction: batches %v, want one", got)
+	}
+	// The refusal happened, and recovery ran.
+	if n := testutil.ToFloat64(p.metrics.Failures.WithLabelValues("rejected")) + testutil.ToFloat64(p.metrics.Failures.WithLabelValues("server_error")); n == 0 {
+		t.Fatal("no batch was refused: the test did not reach the 10201 case")
+	}
+	if p.AckedThrough() != 7 {
+		t.Fatalf("AckedThrough = %d, want 7", p.AckedThrough())
+	}
+}
+
+// TestAtomicCommitAckLost: the commit's PubAck of a batch is lost; past
+// the ack timeout and the duplicate window, recovery finds the batch in the
+// stream and does not publish it again.
+func TestAtomicCommitAckLost(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: 100 * time.Millisecond, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, AckTimeout: 300 * time.Millisecond})
+	gate := gateReplies(t, p, gateDrop)
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	offerTx(ctx, t, p, 1, 5)
+	waitFor(t, 5*time.Second, "the batch stored", func() bool { return e.lastSeq(t) == 5 })
+	waitFor(t, 5*time.Second, "the commit's PubAck dropped", func() bool { return gate.droppedCount() >= 1 })
+	if n := gate.droppedCount(); n != 1 {
+		t.Fatalf("%d replies for a batch of 5: want the commit's only", n)
+	}
+	time.Sleep(300 * time.Millisecond) // past the duplicate window
+	gate.set(gatePass)
+	offerTx(ctx, t, p, 6, 8)
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, 8); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	if got := batches(t, msgs); len(got) != 2 {
+		t.Fatalf("batches %v, want 2", got)
+	}
+	if n := testutil.ToFloat64(p.metrics.Failures.WithLabelValues("timeout")); n == 0 {
+		t.Fatal("the commit never timed out: recovery did not run")
+	}
+}
+
+// TestAtomicAcrossServerRestart: JetStream stops with batches in flight,
+// for longer than the duplicate window; every event is stored once, in
+// order, and every transaction whole.
+func TestAtomicAcrossServerRestart(t *testing.T) {
+	const dupWindow = 100 * time.Millisecond
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: dupWindow, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, Window: 64, AckTimeout: time.Second})
+	gate := gateReplies(t, p, gatePass)
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	const tx, stored, total = 7, 140, 700 // transactions of 7 events
+	for i := 1; i <= stored; i += tx {
+		if i == stored/2+1 {
+			waitFor(t, 5*time.Second, "the first transactions acknowledged", func() bool { return p.AckedThrough() == stored/2 })
+			gate.set(gateDrop)
+		}
+		offerTx(ctx, t, p, i, i+tx-1)
+	}
+	waitFor(t, 5*time.Second, "JetStream to store the first transactions", func() bool { return e.lastSeq(t) == stored })
+	e.stop()
+	gate.set(gatePass)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for i := stored + 1; i <= total; i += tx {
+			for j := i; j < i+tx; j++ {
+				for {
+					if _, ok := p.Offer(event(j, nil)); ok {
+						break
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-p.Room():
+					}
+				}
+			}
+			p.EndBatch(time.Now())
+		}
+	}()
+	time.Sleep(2 * dupWindow)
+	e.start(t)
+	select {
+	case <-published:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still publishing 10s after the restart: %d unacknowledged", p.Pending())
+	}
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, total); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %d messages, want the %d events once each in order; first difference at %s", len(got), len(want), firstDiff(got, want))
+	}
+	got := batches(t, msgs)
+	if len(got[""]) != 0 || len(got) != total/tx {
+		t.Fatalf("%d batches and %d events alone, want %d batches", len(got), len(got[""]), total/tx)
+	}
+	for b, evs := range got {
+		if len(evs) != tx {
+			t.Fatalf("batch %s holds %d events, want %d", b, len(evs), tx)
+		}
+	}
+}
+
+// TestAtomicStreamRequired: with atomic transactions on, a stream without
+// allow_atomic is refused with the fix; a stream the relay creates allows
+// them.
+func TestAtomicStreamRequired(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tmpl, err := sink.ParseTemplate(testTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := StreamSpec{Name: testStream, Template: tmpl, DeadLetterSubject: testDeadLetter, Atomic: true}
+	_, err = EnsureStream(ctx, e.js, spec, zerolog.Nop())
+	if !errors.Is(err, ErrStreamConfig) || !strings.Contains(err.Error(), "allow_atomic") || !strings.Contains(err.Error(), "--atomic-transactions") {
+		t.Fatalf("EnsureStream of a stream without allow_atomic: %v; want ErrStreamConfig naming allow_atomic and the flag", err)
+	}
+	spec.Atomic = false
+	if _, err := EnsureStream(ctx, e.js, spec, zerolog.Nop()); err != nil {
+		t.Fatalf("without atomic transactions: %v", err)
+	}
+
+	spec = StreamSpec{Name: "CREATED", Template: parseTemplate(t, "created.{event_type}"), DeadLetterSubject: "created-dlq", Atomic: true}
+	cfg, err := EnsureStream(ctx, e.js, spec, zerolog.Nop())
+	if err != nil || !cfg.AllowAtomicPublish {
+		t.Fatalf("created stream: allow_atomic %v, err %v; want true", cfg.AllowAtomicPublish, err)
+	}
+	if !versionAtLeast(e.nc.ConnectedServerVersion(), 2, 12) || versionAtLeast("2.11.9", 2, 12) || !versionAtLeast("3.0.0", 2, 12) {
+		t.Fatal("versionAtLeast")
+	}
+}
+
+func parseTemplate(t *testing.T, s string) sink.Template {
+	t.Helper()
+	tmpl, err := sink.ParseTemplate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
