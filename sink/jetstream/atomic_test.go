@@ -9,7 +9,9 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
@@ -84,6 +86,23 @@ func TestAtomicTransactions(t *testing.T) {
 	if p.AckedThrough() != uint64(n) {
 		t.Fatalf("AckedThrough = %d, want %d", p.AckedThrough(), n)
 	}
+	if n := failures(p); n != 0 {
+		t.Fatalf("%v publishes failed: each batch's PubAck must settle all its events", n)
+	}
+}
+
+// failures counts the publisher's failed publishes, of every reason.
+func failures(p *Publisher) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	go func() { p.metrics.Failures.Collect(ch); close(ch) }()
+	var n float64
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err == nil {
+			n += d.GetCounter().GetValue()
+		}
+	}
+	return n
 }
 
 // TestAtomicFallbackLargeTransaction: a transaction larger than the limit
