@@ -88,13 +88,32 @@ func (b batchMark) batched() bool { return b.n > 0 && b.fallback == "" }
 
 func (b batchMark) commit() uint64 { return b.first + uint64(b.n) - 1 }
 
-// atomicTx is the Publisher's state for atomic transactions.
+// atomicTx is the Publisher's state for atomic transactions. Guarded by
+// Publisher.mu, but for the fields marked otherwise.
+//
+// The sequence numbers offered fall in three runs: before closed, events
+// placed (in a batch, or alone) and free to be sent; from closed to from,
+// whole transactions that ended while a batch was in flight, waiting to go
+// out together as one batch (ends are where each of them ends); from from
+// on, the open transaction, held until it ends. nats-server stages each
+// batch of an R1 file stream in a file store of its own, synced to disk
+// before the commit: per batch, not per event. Transactions that end while
+// a batch is in flight therefore go out together once it is stored, as
+// one batch of whole transactions (up to limit events): a drain of small
+// transactions is stored in batches of up to limit, while a transaction
+// that ends with nothing in flight goes out at once.
 type atomicTx struct {
 	limit int
 	// from is the first sequence number of the open transaction (offered,
 	// not yet ended by EndBatch): its events are held until it ends.
-	// Guarded by Publisher.mu, like fallback and refused.
-	from uint64
+	from   uint64
+	closed uint64
+	ends   []uint64
+	// lastCommit is the sequence number of the last batch's commit: while
+	// it is not stored, ended transactions wait for it.
+	lastCommit uint64
+	// sendDue says events were placed that nobody sent yet.
+	sendDue bool
 	// fallback, when set, sends the open transaction as ordinary messages,
 	// for this reason.
 	fallback string
@@ -108,11 +127,12 @@ type atomicTx struct {
 	lastMark    batchMark
 }
 
-// sendEndLocked is where sending stops: the open transaction's events
-// wait for its end, unless they go out as ordinary messages.
+// sendEndLocked is where sending stops: ended transactions wait to be
+// placed, the open transaction's events for its end, unless they go out
+// as ordinary messages.
 func (p *Publisher) sendEndLocked() uint64 {
 	if a := p.atomic; a != nil && a.fallback == "" {
-		return a.from
+		return a.closed
 	}
 	return p.next
 }
@@ -134,7 +154,7 @@ func (p *Publisher) atomicOfferLocked(s *slot) bool {
 		p.fallbackOpenLocked(fmt.Sprintf("transaction of more than %d events (an atomic batch holds at most %d)", a.limit, a.limit))
 		return true
 	}
-	return false
+	return p.takeDueLocked()
 }
 
 // atomicFullLocked is called when the window has no room: if the open
@@ -149,9 +169,12 @@ func (p *Publisher) atomicFullLocked() bool {
 	return p.healthy
 }
 
-// fallbackOpenLocked sends the open transaction as ordinary messages.
+// fallbackOpenLocked sends the open transaction as ordinary messages,
+// after the ended transactions before it.
 func (p *Publisher) fallbackOpenLocked(reason string) {
 	a := p.atomic
+	p.releaseLocked()
+	a.sendDue = true
 	a.fallback = reason
 	for seq := a.from; seq < p.next; seq++ {
 		p.ring[seq&p.mask].batch.fallback = reason
@@ -188,16 +211,79 @@ func (p *Publisher) closeTransaction() {
 	}
 	p.mu.Lock()
 	switch {
-	case fallback != "" || to-from < 2:
+	case to == from:
+	case fallback != "":
+		a.closed = to // sent already, as ordinary messages
 	case reason != "":
 		p.fallbackOpenLocked(reason)
+		a.closed = to
 	default:
-		for seq := from; seq < to; seq++ {
-			p.ring[seq&p.mask].batch = batchMark{first: from, n: uint32(to - from)}
-		}
+		a.ends = append(a.ends, to)
 	}
 	a.from, a.fallback = to, ""
-	send := p.healthy && to > from && fallback == ""
+	if !p.batchBusyLocked() || a.from-a.closed >= uint64(a.limit) {
+		p.releaseLocked()
+	}
+	send := p.healthy && p.takeDueLocked()
+	p.mu.Unlock()
+	if send {
+		p.sendQueued(false)
+	}
+}
+
+// batchBusyLocked reports whether the last batch placed is not stored yet.
+func (p *Publisher) batchBusyLocked() bool {
+	return p.atomic.lastCommit >= p.head
+}
+
+// releaseLocked places the ended transactions waiting to be sent: as few
+// batches as hold them whole, up to limit events each (one event alone
+// goes as an ordinary message).
+func (p *Publisher) releaseLocked() {
+	a := p.atomic
+	start := a.closed
+	for i := 0; i < len(a.ends); {
+		end := a.ends[i]
+		for i++; i < len(a.ends) && a.ends[i]-start <= uint64(a.limit); i++ {
+			end = a.ends[i]
+		}
+		if end-start >= 2 {
+			for seq := start; seq < end; seq++ {
+				p.ring[seq&p.mask].batch = batchMark{first: start, n: uint32(end - start)}
+			}
+			a.lastCommit = end - 1
+		}
+		start = end
+	}
+	a.ends = a.ends[:0]
+	if start != a.closed {
+		a.closed, a.sendDue = start, true
+	}
+}
+
+// takeDueLocked reports, once, that placed events wait to be sent.
+func (p *Publisher) takeDueLocked() bool {
+	due := p.atomic.sendDue
+	p.atomic.sendDue = false
+	return due
+}
+
+// atomicAdvancedLocked places the ended transactions once the batch they
+// waited for is stored. Called whenever the head of the window moves.
+func (p *Publisher) atomicAdvancedLocked() {
+	if a := p.atomic; a != nil && len(a.ends) > 0 && !p.batchBusyLocked() {
+		p.releaseLocked()
+	}
+}
+
+// sendIfDue sends the events placed since the last send: on the goroutine
+// that stored the batch they waited for (PubAcks, or Run's).
+func (p *Publisher) sendIfDue() {
+	if p.atomic == nil {
+		return
+	}
+	p.mu.Lock()
+	send := p.takeDueLocked() && p.healthy
 	p.mu.Unlock()
 	if send {
 		p.sendQueued(false)
@@ -406,7 +492,7 @@ func (p *Publisher) unended() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if a := p.atomic; a != nil && a.fallback == "" {
-		return int(min(a.from, p.next) - min(p.head, a.from))
+		return int(a.from - min(p.head, a.from))
 	}
 	return int(p.next - p.head)
 }

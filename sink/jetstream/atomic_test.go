@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func offerTx(ctx context.Context, t *testing.T, p *Publisher, from, to int) {
 
 // batches groups the stream's messages by Nats-Batch-Id ("" for messages
 // published alone), checking that each batch is stored at consecutive
-// stream sequences; it returns each batch's ids.
+// stream sequences, numbered 1, 2, …; it returns each batch's ids.
 func batches(t *testing.T, msgs []storedMsg) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
@@ -50,8 +51,33 @@ func batches(t *testing.T, msgs []storedMsg) map[string][]string {
 		}
 		last[b] = m.seq
 		out[b] = append(out[b], m.id)
+		if b != "" && m.header.Get(headerBatchSeq) != strconv.Itoa(len(out[b])) {
+			t.Fatalf("event %s is number %d of batch %s, its %s says %s", m.id, len(out[b]), b, headerBatchSeq, m.header.Get(headerBatchSeq))
+		}
 	}
 	return out
+}
+
+// requireWhole fails the test unless each transaction of two events or
+// more, of the sizes given, from event first on, is stored within one
+// atomic batch (a batch may hold several whole transactions).
+func requireWhole(t *testing.T, msgs []storedMsg, first int, sizes ...int) {
+	t.Helper()
+	batches(t, msgs)
+	byID := map[string]string{}
+	for _, m := range msgs {
+		byID[m.id] = m.header.Get(headerBatchID)
+	}
+	i := first
+	for _, size := range sizes {
+		b := byID[event(i, nil).ID]
+		for j := i; j < i+size && size > 1; j++ {
+			if got := byID[event(j, nil).ID]; got == "" || got != b {
+				t.Fatalf("transaction of events %d to %d: event %d in batch %q, event %d in %q", i, i+size-1, i, b, j, got)
+			}
+		}
+		i += size
+	}
 }
 
 // TestAtomicTransactions: transactions of several events are stored as
@@ -74,10 +100,7 @@ func TestAtomicTransactions(t *testing.T) {
 	if got, want := ids(msgs), wantIDs(1, n); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v, want %v", got, want)
 	}
-	got := batches(t, msgs)
-	if len(got[""]) != 2 || len(got) != len(sizes)-2+1 {
-		t.Fatalf("batches %v: want %d batches and 2 events alone", got, len(sizes)-2)
-	}
+	requireWhole(t, msgs, 1, sizes...)
 	for _, m := range msgs {
 		if v := m.header.Get(contract.HeaderAtomicFallback); v != "" {
 			t.Fatalf("event %s marked %s: %q", m.id, contract.HeaderAtomicFallback, v)
@@ -127,9 +150,7 @@ func TestAtomicFallbackLargeTransaction(t *testing.T) {
 			t.Fatalf("event %s of the large transaction: %s %q, batch %q; want the reason and no batch", m.id, contract.HeaderAtomicFallback, v, m.header.Get(headerBatchID))
 		}
 	}
-	if got := batches(t, msgs[8:]); len(got) != 1 || len(got[""]) != 0 {
-		t.Fatalf("the transaction at the limit: batches %v, want one", got)
-	}
+	requireWhole(t, msgs[8:], 9, 5)
 }
 
 // TestAtomicDuplicateInWindow: a batch holding ids the stream stored
@@ -171,9 +192,7 @@ func TestAtomicDuplicateInWindow(t *testing.T) {
 			t.Fatalf("event %s: %s %q, want the 10201 reason", m.id, contract.HeaderAtomicFallback, v)
 		}
 	}
-	if got := batches(t, msgs[4:]); len(got) != 1 || len(got[""]) != 0 {
-		t.Fatalf("the next transaction: batches %v, want one", got)
-	}
+	requireWhole(t, msgs[4:], 5, 3)
 	// The refusal happened, and recovery ran.
 	if n := testutil.ToFloat64(p.metrics.Failures.WithLabelValues("rejected")) + testutil.ToFloat64(p.metrics.Failures.WithLabelValues("server_error")); n == 0 {
 		t.Fatal("no batch was refused: the test did not reach the 10201 case")
@@ -207,9 +226,7 @@ func TestAtomicCommitAckLost(t *testing.T) {
 	if got, want := ids(msgs), wantIDs(1, 8); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %v, want %v", got, want)
 	}
-	if got := batches(t, msgs); len(got) != 2 {
-		t.Fatalf("batches %v, want 2", got)
-	}
+	requireWhole(t, msgs, 1, 5, 3)
 	if n := testutil.ToFloat64(p.metrics.Failures.WithLabelValues("timeout")); n == 0 {
 		t.Fatal("the commit never timed out: recovery did not run")
 	}
@@ -269,15 +286,11 @@ func TestAtomicAcrossServerRestart(t *testing.T) {
 	if got, want := ids(msgs), wantIDs(1, total); !slices.Equal(got, want) {
 		t.Fatalf("stream holds %d messages, want the %d events once each in order; first difference at %s", len(got), len(want), firstDiff(got, want))
 	}
-	got := batches(t, msgs)
-	if len(got[""]) != 0 || len(got) != total/tx {
-		t.Fatalf("%d batches and %d events alone, want %d batches", len(got), len(got[""]), total/tx)
+	sizes := make([]int, total/tx)
+	for i := range sizes {
+		sizes[i] = tx
 	}
-	for b, evs := range got {
-		if len(evs) != tx {
-			t.Fatalf("batch %s holds %d events, want %d", b, len(evs), tx)
-		}
-	}
+	requireWhole(t, msgs, 1, sizes...)
 }
 
 // TestAtomicStreamRequired: with atomic transactions on, a stream without
@@ -318,4 +331,43 @@ func parseTemplate(t *testing.T, s string) sink.Template {
 		t.Fatal(err)
 	}
 	return tmpl
+}
+
+// TestAtomicCoalesces: transactions that end while a batch is in flight
+// wait for it and then go out together, as one batch of whole
+// transactions: nats-server's cost is per batch (an R1 file stream syncs
+// each to disk). One that ends with nothing in flight goes at once.
+func TestAtomicCoalesces(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Second, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, AtomicLimit: 8})
+	gate := gateReplies(t, p, gateHold)
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	offerTx(ctx, t, p, 1, 3) // goes at once
+	waitFor(t, 5*time.Second, "the first batch's PubAck", func() bool { return gate.heldCount() == 1 })
+	offerTx(ctx, t, p, 4, 5)  // these wait for it…
+	offerTx(ctx, t, p, 6, 6)  //
+	offerTx(ctx, t, p, 7, 10) // …and make a batch of 7
+	time.Sleep(100 * time.Millisecond)
+	if n := e.lastSeq(t); n != 3 {
+		t.Fatalf("stream holds %d messages while the first batch's PubAck is held, want 3", n)
+	}
+	gate.open()
+	offerTx(ctx, t, p, 11, 13)
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, 13); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	requireWhole(t, msgs, 1, 3, 2, 1, 4, 3)
+	got := batches(t, msgs)
+	sizes := map[int]int{}
+	for _, evs := range got {
+		sizes[len(evs)]++
+	}
+	if len(got) != 3 || sizes[3] != 2 || sizes[7] != 1 {
+		t.Fatalf("batches %v: want the first transaction alone, the next three together (7 events, under the limit of 8), the last alone", got)
+	}
 }

@@ -268,7 +268,7 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 	}
 	p.sendNext = 1
 	if cfg.Atomic {
-		p.atomic = &atomicTx{limit: min(cfg.AtomicLimit, cfg.Window), from: 1}
+		p.atomic = &atomicTx{limit: min(cfg.AtomicLimit, cfg.Window), from: 1, closed: 1}
 	}
 	p.conn = p.connection()
 	if cfg.Stream != nil {
@@ -579,6 +579,7 @@ func (p *Publisher) onReply(m *nats.Msg) {
 		return
 	}
 	p.settle(seq, attempt, parseReply(m))
+	p.sendIfDue()
 }
 
 func parseReplySubject(s string) (seq uint64, attempt uint32, ok bool) {
@@ -728,6 +729,7 @@ func (p *Publisher) advanceLocked() {
 	} else {
 		p.metrics.setOldest(time.Time{})
 	}
+	p.atomicAdvancedLocked()
 	signal(p.room)
 }
 

@@ -36,6 +36,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if p.outage() {
 			p.recover(ctx, status, tick.C)
 		}
+		p.sendIfDue()
 	}
 }
 
