@@ -355,6 +355,9 @@ func TestAtomicCoalesces(t *testing.T) {
 		t.Fatalf("stream holds %d messages while the first batch's PubAck is held, want 3", n)
 	}
 	gate.open()
+	// Stored, the first batch lets the waiting ones go, with no further
+	// offer to send them.
+	drain(t, p, 10*time.Second)
 	offerTx(ctx, t, p, 11, 13)
 	drain(t, p, 10*time.Second)
 	msgs := e.contents(t)
