@@ -9,9 +9,10 @@ import (
 )
 
 // Atomic transactions (Config.Atomic): the events of one source
-// transaction (Offer … EndBatch) go out as one atomic batch (nats-server
+// transaction (Offer … EndBatch) go out in one atomic batch (nats-server
 // 2.12+, a stream with allow_atomic), which the stream stores all or none,
-// so that a consumer never sees half a transaction.
+// so that a consumer never sees half a transaction. Transactions that end
+// while a batch is in flight share the next batch, whole (see atomicTx).
 //
 // The client side of the protocol is written here rather than taken from
 // github.com/synadia-io/orbit.go/jetstreamext (v0.4.0, publishbatch.go):
