@@ -443,8 +443,12 @@ func (p *Publisher) failBatchLocked(s *slot, err error) {
 	reason := fallbackReason(err)
 	if reason != "" {
 		var se *ServerError
-		if errors.As(err, &se) && se.ErrCode == errCodeAtomicDisabled {
+		errors.As(err, &se)
+		switch se.ErrCode {
+		case errCodeAtomicDisabled:
 			p.atomic.refused = true
+		case errCodeAtomicTooLarge:
+			p.lowerLimitLocked(int(mark.n))
 		}
 		p.fallbackBatchLocked(mark, reason)
 	}
@@ -454,6 +458,19 @@ func (p *Publisher) failBatchLocked(s *slot, err error) {
 		}
 	}
 	p.failLocked(err, s)
+}
+
+// lowerLimitLocked halves the most events of a batch below n, a size the
+// server refused (10199): its max_batch_size is lower than the relay's
+// limit. The size is in the error's text only, which the relay does not
+// parse: halving finds a size the server takes in a few refusals.
+func (p *Publisher) lowerLimitLocked(n int) {
+	a := p.atomic
+	if limit := max(n/2, 1); limit < a.limit {
+		a.limit = limit
+		p.log.Warn().Int("refused", n).Int("limit", limit).
+			Msg("the server refused an atomic batch as too large (its jetstream max_batch_size is lower): batches hold at most limit events from now on; raise max_batch_size to keep larger transactions whole")
+	}
 }
 
 // fallbackReason returns why a batch that err refused goes out again as
@@ -472,7 +489,7 @@ func fallbackReason(err error) string {
 		// the ordinary copies.
 		return "the stream holds some of the transaction's events already (JetStream error 10201)"
 	case errCodeAtomicTooLarge:
-		return "the server's max_batch_size is lower than the transaction (JetStream error 10199)"
+		return "the server's max_batch_size is lower than the batch (JetStream error 10199)"
 	case errCodeAtomicDisabled:
 		return "the stream refuses atomic publishing (JetStream error 10174)"
 	case errCodeAtomicIncomplete, errCodeAtomicUnsupportedHeader:

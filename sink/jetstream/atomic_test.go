@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -16,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/contract"
+	"github.com/outbox-relay/outbox-relay/internal/lab/devenv"
 	"github.com/outbox-relay/outbox-relay/sink"
 )
 
@@ -372,5 +374,53 @@ func TestAtomicCoalesces(t *testing.T) {
 	}
 	if len(got) != 3 || sizes[3] != 2 || sizes[7] != 1 {
 		t.Fatalf("batches %v: want the first transaction alone, the next three together (7 events, under the limit of 8), the last alone", got)
+	}
+}
+
+// TestAtomicServerBatchLimit: a server whose max_batch_size is lower than
+// the relay's limit refuses a larger batch (10199); that transaction goes
+// out as ordinary messages, marked, and the relay lowers its limit: later
+// transaction within the server's limit are atomic again, larger ones fall
+// back without a refusal.
+func TestAtomicServerBatchLimit(t *testing.T) {
+	opts := devenv.NATSOptions{StoreDir: t.TempDir()}.ServerOptions()
+	opts.Port = -1
+	opts.JetStreamLimits.MaxBatchSize = 4
+	srv, err := devenv.ServeNATS(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	e := &testEnv{dialer: &gatedDialer{}}
+	e.nc, e.js = connectJS(t, srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if e.stream, err = e.js.CreateStream(ctx, natsjs.StreamConfig{Name: testStream, Subjects: []string{"outbox.>", testDeadLetter},
+		Storage: natsjs.FileStorage, Duplicates: time.Second, AllowAtomicPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream})
+	run(t, p)
+	offerTx(ctx, t, p, 1, 6) // refused: 6 > 4
+	drain(t, p, 10*time.Second)
+	offerTx(ctx, t, p, 7, 9)   // within both limits
+	offerTx(ctx, t, p, 10, 14) // over the relay's lowered limit of 3
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if got, want := ids(msgs), wantIDs(1, 14); !slices.Equal(got, want) {
+		t.Fatalf("stream holds %v, want %v", got, want)
+	}
+	for i, m := range msgs {
+		v := m.header.Get(contract.HeaderAtomicFallback)
+		switch {
+		case i < 6 && !strings.Contains(v, "10199"):
+			t.Fatalf("event %s of the refused transaction: %s %q, want the 10199 reason", m.id, contract.HeaderAtomicFallback, v)
+		case i >= 9 && !strings.Contains(v, "more than 3 events"):
+			t.Fatalf("event %s of the transaction over the lowered limit: %s %q", m.id, contract.HeaderAtomicFallback, v)
+		}
+	}
+	requireWhole(t, msgs[6:9], 7, 3)
+	if n := failures(p); n != 1 {
+		t.Fatalf("%v publishes failed, want the one refusal", n)
 	}
 }
