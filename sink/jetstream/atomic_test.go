@@ -156,13 +156,20 @@ func TestAtomicFallbackLargeTransaction(t *testing.T) {
 }
 
 // TestAtomicDuplicateInWindow: a batch holding ids the stream stored
-// within its duplicate window, where recovery's read of the stream does
-// not reach (before the publisher's start), is refused whole (10201);
-// recovery reads the stream and the transaction goes out as ordinary
-// messages: the stored events are not stored again, the others are, in
-// order. (In the relay the take-up's Holdings keeps such events from
-// being offered at all; this is the guard behind it.)
+// within its duplicate window is refused whole (10201); recovery reads the
+// stream and the transaction goes out as ordinary messages: the stored
+// events are not stored again, the others are, in order. Found: recovery's
+// read reaches the copies and does not send them again. Unfound: they lie
+// before the publisher's start, where the read does not reach, and the
+// window drops the ordinary copies. (In the relay the take-up's Holdings
+// keeps such events from being offered at all; this is the guard behind
+// it.)
 func TestAtomicDuplicateInWindow(t *testing.T) {
+	t.Run("Found", func(t *testing.T) { duplicateInWindow(t, true) })
+	t.Run("Unfound", func(t *testing.T) { duplicateInWindow(t, false) })
+}
+
+func duplicateInWindow(t *testing.T, found bool) {
 	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Minute, AllowAtomicPublish: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -172,7 +179,11 @@ func TestAtomicDuplicateInWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, StartSeq: e.lastSeq(t)})
+	start := e.lastSeq(t)
+	if found {
+		start = 0
+	}
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream, StartSeq: start})
 	p.log = zerolog.New(zerolog.NewTestWriter(t))
 	run(t, p)
 	offerTx(ctx, t, p, 1, 4)
@@ -202,6 +213,43 @@ func TestAtomicDuplicateInWindow(t *testing.T) {
 	if p.AckedThrough() != 7 {
 		t.Fatalf("AckedThrough = %d, want 7", p.AckedThrough())
 	}
+	// Found, the copies are not sent again; unfound, the window drops them.
+	if n, want := testutil.ToFloat64(p.metrics.Duplicates), map[bool]float64{true: 0, false: 2}[found]; n != want {
+		t.Fatalf("%v publishes acknowledged as duplicates, want %v", n, want)
+	}
+}
+
+// TestAtomicDeadLetterInTransaction: a transaction with an event that can
+// never be published as it is goes out as ordinary messages, marked, its
+// dead letter to the dead-letter subject; the next transaction is atomic.
+func TestAtomicDeadLetterInTransaction(t *testing.T) {
+	e := newTestEnv(t, natsjs.StreamConfig{Duplicates: time.Second, AllowAtomicPublish: true})
+	p := e.publisher(t, Config{Atomic: true, Stream: e.stream})
+	run(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 1; i <= 3; i++ {
+		ev := event(i, nil)
+		if i == 2 {
+			ev.Problem = "aggregate_id is NULL"
+		}
+		if _, ok := p.Offer(ev); !ok {
+			t.Fatal("Offer refused an event")
+		}
+	}
+	p.EndBatch(time.Now())
+	offerTx(ctx, t, p, 4, 5)
+	drain(t, p, 10*time.Second)
+	msgs := e.contents(t)
+	if len(msgs) != 5 || msgs[1].subject != testDeadLetter {
+		t.Fatalf("stream holds %v on %v, want 5 messages, the second a dead letter", ids(msgs), msgs)
+	}
+	for _, m := range msgs[:3] {
+		if v := m.header.Get(contract.HeaderAtomicFallback); v != "a dead letter in the transaction" || m.header.Get(headerBatchID) != "" {
+			t.Fatalf("message %s of the transaction with a dead letter: %s %q, batch %q", m.id, contract.HeaderAtomicFallback, v, m.header.Get(headerBatchID))
+		}
+	}
+	requireWhole(t, msgs[3:], 4, 2)
 }
 
 // TestAtomicCommitAckLost: the commit's PubAck of a batch is lost; past
