@@ -341,6 +341,9 @@ func TestAtomicAcrossServerRestart(t *testing.T) {
 		sizes[i] = tx
 	}
 	requireWhole(t, msgs, 1, sizes...)
+	if failures(p) == 0 {
+		t.Fatal("no publish failed: the stop did not hit batches in flight, and recovery did not run")
+	}
 }
 
 // TestAtomicStreamRequired: with atomic transactions on, a stream without
