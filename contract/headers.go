@@ -75,6 +75,13 @@ const (
 	// where its replay starts.
 	HeaderReplay = "Outbox-Replay"
 
+	// HeaderAtomicFallback marks an event of a transaction that, with
+	// atomic transactions on (run --atomic-transactions), was not published
+	// as one atomic batch: its value says why (more events than a batch
+	// holds, a dead letter among them, a refusal). Consumers may see part
+	// of such a transaction before the rest.
+	HeaderAtomicFallback = "Outbox-Atomic-Fallback"
+
 	// Dead-letter messages carry these as well.
 
 	// HeaderEventID is the event id of a dead letter, as the row holds

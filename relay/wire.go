@@ -195,6 +195,9 @@ func (r *Relay) newPublisher(ctx context.Context, stream *jetstream.Stream, stor
 	cfg.RecordDeadLetter = core.RecordDeadLetter(store)
 	cfg.Source = stamp
 	cfg.Tracer = r.deps.Tracer
+	// Only the WAL's transactions are published atomically: PublisherConfig
+	// leaves it off for the other sources, which have none.
+	cfg.Atomic = r.cfg.AtomicTransactions
 	trace := startup.FromContext(ctx)
 	cfg.FirstStored = func() { trace.Finish("first PubAck") }
 	return stream.NewPublisher(cfg, r.deps.Log.With().Str("component", "sink").Logger(), jetstream.NewMetrics(r.deps.Registry))

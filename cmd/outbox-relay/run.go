@@ -59,6 +59,7 @@ type relayFlags struct {
 	MessagePrefix  string            `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`
 	Failover       bool              `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
 	MaxProcs       int               `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
+	AtomicTx       bool              `name:"atomic-transactions" env:"OUTBOX_ATOMIC_TRANSACTIONS" help:"Publish the events of each Postgres transaction (up to 1000) as one JetStream atomic batch, stored all or none (nats-server 2.12+, a stream with allow_atomic; a stream the relay creates gets it). Larger transactions go out as ordinary messages marked Outbox-Atomic-Fallback. See docs/guarantees.md."`
 	CPUProfile     string            `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
 
@@ -110,6 +111,10 @@ func (c *runCmd) config() (relay.Config, error) {
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
 	cfg.MessagePrefix = c.MessagePrefix
 	cfg.Failover = c.Failover
+	if c.AtomicTx && c.Source == sourcePoll {
+		return relay.Config{}, errors.New("--atomic-transactions works with --source wal only: polling reads rows, not transactions")
+	}
+	cfg.AtomicTransactions = c.AtomicTx
 	return cfg, nil
 }
 

@@ -24,6 +24,10 @@ type Publishing struct {
 	// CloudEvents (binary content mode).
 	Format jetstream.Format
 
+	// AtomicTransactions publishes each transaction of the WAL as one
+	// atomic batch (jetstream.Config.Atomic); the stream must allow it.
+	AtomicTransactions bool
+
 	Window       int           // most events awaiting a PubAck
 	WindowBytes  int           // most payload bytes awaiting PubAcks
 	AckTimeout   time.Duration // before an event is republished
@@ -51,6 +55,7 @@ func (p Publishing) StreamSpec() jetstream.StreamSpec {
 		DeadLetterSubject: p.DeadLetterSubject,
 		DuplicateWindow:   p.DuplicateWindow,
 		StreamSettings:    p.StreamSettings,
+		Atomic:            p.AtomicTransactions,
 	}
 }
 

@@ -37,6 +37,13 @@
 //     Publisher.deadLetterID), the row's id in Outbox-Event-Id. It settles
 //     like any other message, so the events after it flow on; with
 //     Config.RecordDeadLetter set it settles only once recorded.
+//   - Whole transactions, with Config.Atomic. The events of a transaction
+//     (those offered before an EndBatch, up to Config.AtomicLimit) are
+//     stored all or none, in one JetStream atomic batch (atomic.go); a
+//     batch may hold several whole transactions. Larger ones, and those
+//     with a dead letter, go out as ordinary messages marked
+//     contract.HeaderAtomicFallback. A batch's commit PubAck settles all
+//     its events; any failure fails them all.
 //   - No room is never a dead letter. A refusal for want of room (a stream
 //     limit with discard new, the account's JetStream quota, a server's
 //     storage) or a clustered stream without a quorum holds the event and

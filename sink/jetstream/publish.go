@@ -13,6 +13,10 @@ import (
 func (p *Publisher) Publish(ctx context.Context, ev *decode.Event) (uint64, error) {
 	for {
 		if seq, ok := p.Offer(ev); ok {
+			if p.atomic != nil {
+				// Rows read from the table belong to no transaction.
+				p.closeTransaction()
+			}
 			return seq, nil
 		}
 		select {

@@ -81,6 +81,13 @@ type Config struct {
 	// Tracer, when set, traces every event from its commit to its PubAck
 	// (see trace.go); nil turns tracing off at no cost per event.
 	Tracer trace.TracerProvider
+	// Atomic publishes the events of each transaction (those offered
+	// before an EndBatch) as one atomic batch, stored all or none
+	// (atomic.go); the stream must allow it (StreamSpec.Atomic).
+	// AtomicLimit is the most events of one (DefaultAtomicLimit when
+	// zero); larger transactions go out as ordinary messages.
+	Atomic      bool
+	AtomicLimit int
 }
 
 func (c *Config) setDefaults() {
@@ -92,6 +99,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.AtomicLimit <= 0 {
+		c.AtomicLimit = DefaultAtomicLimit
 	}
 }
 
@@ -186,6 +196,8 @@ type Publisher struct {
 	blocked      *Blocked
 	blockedSince time.Time
 
+	atomic *atomicTx // nil: atomic transactions off
+
 	acked atomic.Uint64 // every sequence number <= acked is settled
 	room  chan struct{} // a slot was freed
 	wake  chan struct{} // wakes Run: a failure, or a slot settled during recovery
@@ -216,6 +228,8 @@ type slot struct {
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
 	bare       bool   // the dead letter was refused too: send it without payload
 	span       eventSpan
+
+	batch batchMark // its atomic batch (Config.Atomic)
 }
 
 // NewPublisher subscribes to PubAck replies on nc and returns a Publisher.
@@ -253,6 +267,9 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		recordLogs: retry.NewLogLimiter(),
 	}
 	p.sendNext = 1
+	if cfg.Atomic {
+		p.atomic = &atomicTx{limit: min(cfg.AtomicLimit, cfg.Window), from: 1, closed: 1}
+	}
 	p.conn = p.connection()
 	if cfg.Stream != nil {
 		if info := cfg.Stream.CachedInfo(); info != nil {
@@ -294,7 +311,11 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 	p.mu.Lock()
 	n := p.next - p.head
 	if n >= uint64(p.cfg.Window) || (n > 0 && p.bytes+size > p.cfg.WindowBytes) {
+		send := p.atomicFullLocked()
 		p.mu.Unlock()
+		if send {
+			p.sendQueued(false)
+		}
 		return 0, false
 	}
 	var span eventSpan
@@ -313,7 +334,7 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 	s := &p.ring[seq&p.mask]
 	*s = slot{seq: seq, ev: *ev, size: size, since: since, span: span}
 	p.bytes += size
-	send := p.healthy
+	send := p.atomicOfferLocked(s) && p.healthy
 	p.mu.Unlock()
 	p.metrics.InFlight.Inc()
 	p.metrics.Pending.Inc()
@@ -328,6 +349,9 @@ func (p *Publisher) Offer(ev *decode.Event) (seq uint64, ok bool) {
 // are stored, outbox_batch_duration_seconds observes the time since start.
 // Call it from the goroutine that offers.
 func (p *Publisher) EndBatch(start time.Time) {
+	if p.atomic != nil {
+		p.closeTransaction()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	last := p.next - 1
@@ -367,7 +391,7 @@ func (p *Publisher) Drain(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		n := p.Pending()
+		n := p.unended()
 		if n == 0 {
 			return nil
 		}
@@ -390,7 +414,8 @@ func (p *Publisher) sendQueued(probe bool) {
 		conn := p.connection()
 		p.mu.Lock()
 		p.connectionSeenLocked(conn)
-		if (!p.healthy && !probe) || p.sendNext >= p.next {
+		if (!p.healthy && !probe) || p.sendNext >= p.sendEndLocked() {
+			p.abandonBatchLocked()
 			p.mu.Unlock()
 			return
 		}
@@ -400,18 +425,19 @@ func (p *Publisher) sendQueued(probe bool) {
 			p.mu.Unlock()
 			continue
 		}
+		p.prepareBatchLocked(s)
 		s.attempt++
 		s.state, s.sentAt, s.conn = sent, time.Now(), conn
 		// Copy what the wire needs: once the lock is released a late reply
 		// may settle the slot and the ring may reuse it.
-		seq, attempt, ev, deadLetter, bare, span := s.seq, s.attempt, s.ev, s.deadLetter, s.bare, s.span
+		seq, attempt, ev, deadLetter, bare, span, mark := s.seq, s.attempt, s.ev, s.deadLetter, s.bare, s.span, s.batch
 		p.mu.Unlock()
 
-		if err := p.write(seq, attempt, &ev, deadLetter, bare, &span); err != nil {
+		if err := p.write(seq, attempt, &ev, deadLetter, bare, &span, mark); err != nil {
 			p.settle(seq, attempt, reply{err: err})
 		}
-		if probe {
-			return
+		if probe && (!mark.batched() || seq == mark.commit()) {
+			return // a batch is recovery's probe as a whole
 		}
 	}
 }
@@ -480,7 +506,7 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 // published as it is (a Problem, or too large) goes to the dead-letter
 // subject instead: it is never sent as is. The message carries span's
 // trace context when the event is traced.
-func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool, span *eventSpan) error {
+func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool, span *eventSpan, mark batchMark) error {
 	replyTo := p.replySubject(seq, attempt)
 	subject := p.subjects.Render(ev)
 	p.wire.traceparent, p.wire.tracestate = span.traceparent, span.tracestate
@@ -506,6 +532,7 @@ func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLett
 	if deadLetter != "" {
 		span.deadLettered(p.cfg.DeadLetterSubject, deadLetter)
 	}
+	p.batchHeaders(seq, attempt, mark, deadLetter != "")
 	return p.nc.PublishMsg(&p.wire.msg)
 }
 
@@ -552,6 +579,7 @@ func (p *Publisher) onReply(m *nats.Msg) {
 		return
 	}
 	p.settle(seq, attempt, parseReply(m))
+	p.sendIfDue()
 }
 
 func parseReplySubject(s string) (seq uint64, attempt uint32, ok bool) {
@@ -585,6 +613,10 @@ func (p *Publisher) settle(seq uint64, attempt uint32, r reply) {
 	}
 	s := &p.ring[seq&p.mask]
 	if s.state == acked || s.state == recording {
+		return
+	}
+	if s.batch.batched() && s.deadLetter == "" {
+		p.settleBatchLocked(s, attempt, r)
 		return
 	}
 	if r.err != nil {
@@ -697,6 +729,7 @@ func (p *Publisher) advanceLocked() {
 	} else {
 		p.metrics.setOldest(time.Time{})
 	}
+	p.atomicAdvancedLocked()
 	signal(p.room)
 }
 

@@ -36,6 +36,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if p.outage() {
 			p.recover(ctx, status, tick.C)
 		}
+		p.sendIfDue()
 	}
 }
 
@@ -73,7 +74,11 @@ func (p *Publisher) expire(now time.Time) {
 	p.connectionSeenLocked(conn)
 	for seq := p.head; seq < p.next; seq++ {
 		s := &p.ring[seq&p.mask]
-		if s.state == sent && now.Sub(s.sentAt) > p.cfg.AckTimeout {
+		if s.state == sent && now.Sub(s.sentAt) > p.cfg.AckTimeout && !p.awaitsCommitLocked(s) {
+			if s.batch.batched() && s.deadLetter == "" {
+				p.failBatchLocked(s, ErrAckTimeout)
+				continue
+			}
 			s.state = failed
 			p.failLocked(ErrAckTimeout, s)
 		}
@@ -228,7 +233,7 @@ func (p *Publisher) probe(ctx context.Context, status <-chan nats.Status, tick <
 	for p.sendNext < p.next && (p.ring[p.sendNext&p.mask].state == acked || p.ring[p.sendNext&p.mask].state == recording) {
 		p.sendNext++
 	}
-	if p.sendNext == p.next {
+	if p.sendNext >= p.sendEndLocked() {
 		p.mu.Unlock()
 		return true
 	}

@@ -33,6 +33,9 @@ type StreamSpec struct {
 	// StreamSettings are the replicas, storage and limits of a stream the
 	// relay creates.
 	StreamSettings
+	// Atomic: the relay publishes atomic batches (Config.Atomic). A stream
+	// it creates allows them; an existing one must.
+	Atomic bool
 }
 
 // StreamSettings are the replicas, storage and limits of a stream the
@@ -103,6 +106,9 @@ func CheckStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConf
 	// What the stream is (its retention, a mirror...) first: the first
 	// fatal problem is the one EnsureStream reports.
 	out := adoptionProblems(cfg, spec)
+	if p, bad := atomicProblem(js.Conn(), cfg, spec); bad {
+		out = append(out, p)
+	}
 	filter := spec.Template.Filter()
 	if !coveredBy(cfg.Subjects, filter) {
 		out = append(out, StreamProblem{Kind: "subjects", Fatal: true,
@@ -151,6 +157,9 @@ func createStream(ctx context.Context, js natsjs.JetStream, spec StreamSpec, log
 		return cfg, createError(ctx, js, spec, cfg, err)
 	}
 	created := stream.CachedInfo().Config
+	if p, bad := atomicProblem(js.Conn(), created, spec); bad {
+		return created, fmt.Errorf("%w: %s: %s", ErrStreamConfig, p.What, p.Fix)
+	}
 	log.Info().Str("stream", spec.Name).Strs("subjects", created.Subjects).Dur("duplicate_window", created.Duplicates).
 		Int("replicas", created.Replicas).Str("storage", strings.ToLower(created.Storage.String())).Str("limits", Limits(created)).
 		Msg("created stream")
@@ -185,6 +194,8 @@ func (spec StreamSpec) Config() natsjs.StreamConfig {
 		MaxAge:      spec.MaxAge,
 		MaxBytes:    cmp.Or(spec.MaxBytes, -1),
 		MaxMsgs:     cmp.Or(spec.MaxMsgs, -1),
+
+		AllowAtomicPublish: spec.Atomic,
 	}
 }
 
