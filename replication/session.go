@@ -172,11 +172,15 @@ func (s *session) checkAlive(now time.Time) error {
 }
 
 // armRead sets the read deadline for the next receive: the next status
-// update, or sooner the end of a coalescing wait.
+// update, or sooner the end of a coalescing wait or of the live mark's
+// linger.
 func (s *session) armRead(ctx context.Context) {
 	at := s.wakeAt
-	if s.co.on {
+	switch {
+	case s.co.on:
 		at = s.co.deadline(time.Now(), s.wakeAt)
+	case s.co.live:
+		at = s.co.liveDeadline(time.Now(), s.lastRecv, s.wakeAt)
 	}
 	if at.Equal(s.readDeadline) || ctx.Err() != nil {
 		return
@@ -246,6 +250,9 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 		s.metrics.Events.Inc()
 		return s.offer(ctx, &m.Event)
 	case decode.KindCommit:
+		if !s.committed {
+			s.co.goLive() // livemark.go
+		}
 		s.committed = true
 		s.h.Commit(m.EndLSN)
 	case decode.KindIgnored:
@@ -395,7 +402,7 @@ func (s *session) finish() error {
 	netConn := s.conn.Conn()
 	// The walsender's answer to the final status update is a keepalive of
 	// a few bytes: it must wake the read at once, not at the deadline.
-	s.co.off()
+	s.co.stop()
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
 	// A status update must not block on a full socket (a server that
 	// stopped reading) past the drain.
