@@ -62,13 +62,20 @@ func (c *coalescer) stop() {
 // next status update, or sooner liveLinger after the last message read
 // (lastRecv), so that a COMMIT or keepalive left under the mark is read
 // once the stream pauses. Once that passed, only the status update wakes
-// the relay: an idle stream costs no more wake-ups than before.
-func (c *coalescer) liveDeadline(now, lastRecv, wakeAt time.Time) time.Time {
+// the relay: an idle stream costs no more wake-ups than before. A
+// deadline armed already (armed) stays while it is at least half a linger
+// after the last read: moving it for every message would cost a timer
+// update per message.
+func (c *coalescer) liveDeadline(now, lastRecv, wakeAt, armed time.Time) time.Time {
 	if !c.live || c.on {
 		return wakeAt
 	}
-	if at := lastRecv.Add(liveLinger); at.After(now) && at.Before(wakeAt) {
-		return at
+	at := lastRecv.Add(liveLinger)
+	if !at.After(now) || !at.Before(wakeAt) {
+		return wakeAt
 	}
-	return wakeAt
+	if armed.After(now) && !armed.After(at) && !armed.Before(lastRecv.Add(liveLinger/2)) {
+		return armed
+	}
+	return at
 }

@@ -84,25 +84,36 @@ func TestLiveMarkWakesForChanges(t *testing.T) {
 
 // The live mark's linger counts from the last message read and never
 // passes the next status update; once it passed, only the status update
-// is waited for.
+// is waited for. A deadline armed already stays while it is at least half
+// a linger after the last read.
 func TestLiveMarkDeadline(t *testing.T) {
 	client, _ := tcpPair(t)
 	co := newCoalescer(client)
 	now := time.Now()
 	far := now.Add(time.Minute)
-	if d := co.liveDeadline(now, now, far); !d.Equal(far) {
+	if d := co.liveDeadline(now, now, far, time.Time{}); !d.Equal(far) {
 		t.Fatalf("before goLive: deadline in %v, want the status update's", d.Sub(now))
 	}
 	co.goLive()
 	last := now.Add(-5 * time.Millisecond)
-	if d := co.liveDeadline(now, last, far); !d.Equal(last.Add(liveLinger)) {
+	if d := co.liveDeadline(now, last, far, time.Time{}); !d.Equal(last.Add(liveLinger)) {
 		t.Fatalf("deadline in %v, want the linger after the last read", d.Sub(now))
 	}
-	if d := co.liveDeadline(now, now.Add(-liveLinger), far); !d.Equal(far) {
+	if d := co.liveDeadline(now, now.Add(-liveLinger), far, time.Time{}); !d.Equal(far) {
 		t.Fatalf("linger passed: deadline in %v, want the status update's", d.Sub(now))
 	}
 	soon := now.Add(time.Millisecond)
-	if d := co.liveDeadline(now, now, soon); !d.Equal(soon) {
+	if d := co.liveDeadline(now, now, soon, time.Time{}); !d.Equal(soon) {
 		t.Fatalf("deadline in %v, past the status update due in %v", d.Sub(now), soon.Sub(now))
+	}
+	armed := last.Add(liveLinger)
+	for _, read := range []time.Duration{time.Millisecond, liveLinger / 2} {
+		if d := co.liveDeadline(now, last.Add(read), far, armed); !d.Equal(armed) {
+			t.Fatalf("a read %v after the last moved the deadline armed %v after it to %v", read, liveLinger, d.Sub(last))
+		}
+	}
+	later := last.Add(liveLinger/2 + time.Millisecond)
+	if d := co.liveDeadline(now, later, far, armed); !d.Equal(later.Add(liveLinger)) {
+		t.Fatalf("deadline %v after the last read, want the linger after it: the armed one is under half a linger after it", d.Sub(later))
 	}
 }
