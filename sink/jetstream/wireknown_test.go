@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -66,4 +67,16 @@ func TestReusedWireMessage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// headerSize is the size of the header block nats.go writes for h, by a
+// walk of the map: what wireMsg.headerBytes keeps without one.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
