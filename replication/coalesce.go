@@ -50,7 +50,8 @@ const (
 type coalescer struct {
 	raw      syscall.RawConn // nil when the connection is not TCP
 	on       bool
-	lowat    int       // the low-water mark while on
+	live     bool      // the live mark (livemark.go) holds while not coalescing
+	lowat    int       // the low-water mark set now
 	lingerAt time.Time // a wait for coalesceBytes ends here
 }
 
@@ -81,8 +82,9 @@ func (c *coalescer) commitLag(lag time.Duration) bool {
 	return false
 }
 
-// off stops coalescing (a keepalive came, or the session ends and must
-// hear every short reply at once). It reports whether coalescing switched.
+// off stops coalescing (a keepalive came): the mark goes back to the live
+// mark, or one byte before the session's first COMMIT. It reports whether
+// coalescing switched. (The session's end uses stop.)
 func (c *coalescer) off() bool {
 	if !c.on {
 		return false
@@ -95,6 +97,9 @@ func (c *coalescer) set(on bool) bool {
 		return false
 	}
 	lowat := 1
+	if c.live {
+		lowat = liveBytes
+	}
 	var serr error
 	err := c.raw.Control(func(fd uintptr) {
 		if on {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/contract"
 	"github.com/outbox-relay/outbox-relay/decode"
@@ -74,10 +73,18 @@ type wireMsg struct {
 	// traceparent and tracestate, when traceparent is set, are the relay
 	// span's context: they replace the row's own trace headers.
 	traceparent, tracestate string
+	// known holds, for each header the relay sets itself, the slice the
+	// map holds (nil when absent); setNow says which of them the message
+	// being filled set (wireknown.go).
+	known  [numKnown][]string
+	setNow uint32
+	// size is the size of the header block nats.go writes for the map as
+	// it is (headerSize), kept as headers change.
+	size int
 }
 
 func newWireMsg() *wireMsg {
-	w := &wireMsg{}
+	w := &wireMsg{size: len("NATS/1.0\r\n\r\n")}
 	w.msg.Header = nats.Header{}
 	return w
 }
@@ -103,7 +110,7 @@ func (w *wireMsg) stampSource() {
 	w.set(contract.HeaderSourceSlot, v.slot)
 	for _, o := range v.optional() {
 		if o.value == "" {
-			delete(w.msg.Header, o.key)
+			w.del(o.key)
 		} else {
 			w.set(o.key, o.value)
 		}
@@ -176,12 +183,31 @@ func SetSourceHeaders(h nats.Header, src sink.Source) {
 	}
 }
 
+// set sets header key to the single value given.
 func (w *wireMsg) set(key, value string) {
+	if k, ok := knownIndex(key); ok {
+		w.setKnown(k, value)
+		return
+	}
 	if vs, ok := w.msg.Header[key]; ok {
+		w.size += len(value) - len(vs[0])
 		vs[0] = value
 		return
 	}
 	w.msg.Header[key] = []string{value}
+	w.size += len(key) + len(value) + len(": \r\n")
+}
+
+// del deletes header key.
+func (w *wireMsg) del(key string) {
+	if k, ok := knownIndex(key); ok {
+		w.dropKnown(k)
+		return
+	}
+	for _, v := range w.msg.Header[key] {
+		w.size -= len(key) + len(v) + len(": \r\n")
+	}
+	delete(w.msg.Header, key)
 }
 
 // setEncoded sets a row value, percent-encoding it when a header could not
@@ -199,7 +225,7 @@ func (w *wireMsg) setEncoded(key, value string, encoded []string) []string {
 // that routes its PubAck back.
 func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 	w.reset(subject, reply, ev.Payload)
-	w.set(contract.HeaderMsgID, ev.MsgID())
+	w.setKnown(hMsgID, ev.MsgID())
 	encoded := w.fillCommon(ev, nil)
 	if w.ce != nil {
 		encoded = w.fillCloudEvent(ev, encoded)
@@ -207,6 +233,7 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 		encoded = w.fillOwn(ev.Headers, encoded)
 	}
 	w.markEncoded(encoded)
+	w.sweep()
 }
 
 // fillDeadLetter prepares the dead-letter message for ev, stored under id
@@ -214,30 +241,27 @@ func (w *wireMsg) fillEvent(ev *decode.Event, subject, reply string) {
 // together with the headers.
 func (w *wireMsg) fillDeadLetter(ev *decode.Event, id, subject, reply, original, reason string, maxSize int) {
 	w.reset(subject, reply, nil)
-	w.set(contract.HeaderMsgID, contract.DeadLetterMsgID(id))
-	w.set(contract.HeaderDeadLetterReason, truncateValue(reason))
-	w.set(contract.HeaderOriginalSubject, original)
-	encoded := w.setEncoded(contract.HeaderEventID, truncateValue(ev.ID), nil)
+	w.setKnown(hMsgID, contract.DeadLetterMsgID(id))
+	w.setKnown(hDeadLetterReason, truncateValue(reason))
+	w.setKnown(hOriginalSubject, original)
+	encoded := w.setKnownEncoded(hEventID, truncateValue(ev.ID), nil)
 	encoded = w.fillCommon(ev, encoded)
 	w.markEncoded(w.fillOwn(ev.Headers, encoded))
-	if size := headerSize(w.msg.Header) + len(ev.Payload); size <= maxSize {
+	w.sweep()
+	if size := w.headerBytes() + len(ev.Payload); size <= maxSize {
 		w.msg.Data = ev.Payload
 	} else {
-		w.set(contract.HeaderPayloadOmitted, "payload of "+strconv.Itoa(len(ev.Payload))+" bytes is over the limit")
+		w.setKnown(hPayloadOmitted, "payload of "+strconv.Itoa(len(ev.Payload))+" bytes is over the limit")
 	}
 }
 
-// optionalHeaders are set for some messages only; reset removes them. The
-// others are overwritten in place, so their slices are reused.
-var optionalHeaders = []string{contract.HeaderCreatedAt, contract.HeaderTable, contract.HeaderPercentEncoded, contract.HeaderEventID, contract.HeaderDeadLetterReason,
-	contract.HeaderOriginalSubject, contract.HeaderPayloadOmitted, natsjs.ExpectedLastSubjSeqHeader}
-
+// reset starts the next message: the row's own headers of the last one
+// go; the relay's are overwritten in place, and those this message does
+// not set are deleted once it is filled (sweep, wireknown.go).
 func (w *wireMsg) reset(subject, reply string, data []byte) {
-	for _, k := range optionalHeaders {
-		delete(w.msg.Header, k)
-	}
+	w.setNow = 0
 	for _, k := range w.own {
-		delete(w.msg.Header, k)
+		w.del(k)
 	}
 	w.own = w.own[:0]
 	w.msg.Subject, w.msg.Reply, w.msg.Data = subject, reply, data
@@ -247,14 +271,14 @@ func (w *wireMsg) reset(subject, reply string, data []byte) {
 // fillCommon sets the relay's headers of ev; encoded names the headers
 // percent-encoded so far, and the result those set by now.
 func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) []string {
-	encoded = w.setEncoded(contract.HeaderAggregateType, ev.AggregateType, encoded)
-	encoded = w.setEncoded(contract.HeaderAggregateID, ev.AggregateID, encoded)
-	encoded = w.setEncoded(contract.HeaderEventType, ev.EventType, encoded)
+	encoded = w.setKnownEncoded(hAggregateType, ev.AggregateType, encoded)
+	encoded = w.setKnownEncoded(hAggregateID, ev.AggregateID, encoded)
+	encoded = w.setKnownEncoded(hEventType, ev.EventType, encoded)
 	if ev.CreatedAt != "" {
-		w.set(contract.HeaderCreatedAt, ev.CreatedAt)
+		w.setKnown(hCreatedAt, ev.CreatedAt)
 	}
 	if ev.Table != "" {
-		w.set(contract.HeaderTable, ev.Table)
+		w.setKnown(hTable, ev.Table)
 	}
 	if w.several {
 		// A relay of several tables: Outbox-Source-Table names the event's.
@@ -264,8 +288,8 @@ func (w *wireMsg) fillCommon(ev *decode.Event, encoded []string) []string {
 		// Every event of a transaction shares its commit LSN: format it once.
 		w.lsnKey, w.lsnText = ev.Position.CommitLSN, formatLSN(ev.Position.CommitLSN)
 	}
-	w.set(contract.HeaderCommitLSN, w.lsnText)
-	w.set(contract.HeaderTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
+	w.setKnown(hCommitLSN, w.lsnText)
+	w.setKnown(hTxnIndex, strconv.FormatUint(uint64(ev.Position.Index), 10))
 	return encoded
 }
 
@@ -288,7 +312,7 @@ func (w *wireMsg) fillOwn(hs []decode.Header, encoded []string) []string {
 // markEncoded lists the percent-encoded headers in Outbox-Percent-Encoded.
 func (w *wireMsg) markEncoded(encoded []string) {
 	if len(encoded) > 0 {
-		w.set(contract.HeaderPercentEncoded, strings.Join(encoded, ","))
+		w.setKnown(hPercentEncoded, strings.Join(encoded, ","))
 	}
 }
 
@@ -326,17 +350,6 @@ func headerValue(h nats.Header, key string) string {
 	return v
 }
 
-// headerSize is the size of the header block nats.go writes for h.
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(": ") + len(v) + len("\r\n")
-		}
-	}
-	return n
-}
-
 // formatLSN formats an LSN the way Postgres does ("16/B374D848").
 func formatLSN(lsn pglogrepl.LSN) string {
 	var buf [40]byte
@@ -363,3 +376,8 @@ func FormatEventMsg(ev *decode.Event, subject string, f Format) *nats.Msg {
 	w.fillEvent(ev, subject, "")
 	return &w.msg
 }
+
+// headerBytes is the size of the header block nats.go writes for the
+// message as filled now, kept as headers change (the tests check it
+// against a walk of the map, headerSize).
+func (w *wireMsg) headerBytes() int { return w.size }

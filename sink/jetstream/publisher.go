@@ -492,7 +492,7 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 			return problem
 		}
 	}
-	hs := headerSize(w.msg.Header)
+	hs := w.headerBytes()
 	switch {
 	case hs+len(ev.Payload) > p.maxSize:
 		return fmt.Sprintf("message of %d bytes is larger than the %d bytes the server and stream accept", hs+len(ev.Payload), p.maxSize)

@@ -176,11 +176,15 @@ func watchWalsender(ctx context.Context, pool *pgxpool.Pool, slot string) func()
 // configured by their flags alone, so a variable exported for a real relay
 // (OUTBOX_SLOT, OUTBOX_PG_URL_FILE, ...) cannot redirect or break them.
 // OUTBOX_RELAY_TEST_MAIN stays: it is how a test binary standing in for
-// the program (Options.Self) knows to run main.
+// the program (Options.Self) knows to run main. OUTBOX_CPU_PROFILE stays
+// too: exported for bench, it profiles every relay bench starts (with
+// {pid} in the name, a file each), which is how the relay's CPU is
+// profiled under the benchmark's load.
 func withoutRelayEnv(env []string) []string {
 	kept := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "OUTBOX_RELAY_TEST_MAIN=") {
+		if !strings.HasPrefix(kv, "OUTBOX_") || strings.HasPrefix(kv, "OUTBOX_RELAY_TEST_MAIN=") ||
+			strings.HasPrefix(kv, "OUTBOX_CPU_PROFILE=") {
 			kept = append(kept, kv)
 		}
 	}
