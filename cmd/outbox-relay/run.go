@@ -59,6 +59,7 @@ type relayFlags struct {
 	MessagePrefix  string            `name:"message-prefix" env:"OUTBOX_MESSAGE_PREFIX" default:"${message_prefix}" help:"Prefix of table-less events: transactional pg_logical_emit_message calls (outbox.Emit) with it are relayed like outbox rows (Postgres 14+); empty turns them off."`
 	Failover       bool              `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
 	MaxProcs       int               `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
+	FastIngest     string            `name:"fast-ingest" env:"OUTBOX_FAST_INGEST" default:"auto" enum:"auto,off" help:"auto publishes in fast-ingest batches (one flow ack per few events) when the server (nats-server 2.14+) and the stream (allow_batched) allow it, and each event with its own PubAck otherwise; off always does the latter."`
 	CPUProfile     string            `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
 
@@ -106,6 +107,7 @@ func (c *runCmd) config() (relay.Config, error) {
 	}
 	cfg.PrimaryURL = c.PrimaryURL
 	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, int(c.WindowBytes), c.AckTimeout
+	cfg.FastIngest = jetstream.FastIngest(c.FastIngest)
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
 	cfg.MessagePrefix = c.MessagePrefix

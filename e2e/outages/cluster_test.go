@@ -119,7 +119,8 @@ func startR3Stream(t *testing.T, env *relaytest.Env) (*relaytest.NATSCluster, je
 		// The cluster may still be meeting its peers.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
-			Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: env.DuplicateWindow})
+			Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: env.DuplicateWindow,
+			AllowBatchPublish: relaytest.FastIngest()})
 		cancel()
 		if err == nil {
 			return cluster, stream

@@ -49,6 +49,10 @@ type StreamSettings struct {
 	// DiscardOld removes the oldest messages at the limits instead of
 	// refusing new ones (consumers that fall behind lose events).
 	DiscardOld bool
+	// AllowBatched creates the stream with allow_batched (nats-server
+	// 2.14+), so that a Publisher with FastIngestAuto publishes in
+	// fast-ingest batches.
+	AllowBatched bool
 }
 
 // ErrStreamConfig marks a stream that exists but cannot be used as it is.
@@ -185,6 +189,8 @@ func (spec StreamSpec) Config() natsjs.StreamConfig {
 		MaxAge:      spec.MaxAge,
 		MaxBytes:    cmp.Or(spec.MaxBytes, -1),
 		MaxMsgs:     cmp.Or(spec.MaxMsgs, -1),
+
+		AllowBatchPublish: spec.AllowBatched,
 	}
 }
 
