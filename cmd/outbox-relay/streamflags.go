@@ -15,13 +15,15 @@ import (
 // stream is adopted as it is: the relay warns about the settings it
 // lacks, and refuses one that cannot keep the promise.
 type streamFlags struct {
-	StreamReplicas     int               `name:"stream-replicas" env:"OUTBOX_STREAM_REPLICAS" default:"1" help:"Replicas of a stream the relay creates: 3 in a JetStream cluster for production (each event then survives the loss of a server)."`
-	StreamStorage      string            `name:"stream-storage" env:"OUTBOX_STREAM_STORAGE" default:"file" enum:"file,memory" help:"Storage of a stream the relay creates: file, or memory (events are lost when NATS restarts, after the relay confirmed them to Postgres: tests and demos only)."`
-	StreamMaxAge       time.Duration     `name:"stream-max-age" env:"OUTBOX_STREAM_MAX_AGE" default:"0" help:"Oldest message a stream the relay creates keeps (e.g. 168h); 0 keeps them until a size or count limit."`
-	StreamMaxBytes     contract.ByteSize `name:"stream-max-bytes" env:"OUTBOX_STREAM_MAX_BYTES" default:"0" help:"Size limit of a stream the relay creates (e.g. 10GiB, 500MB); 0 is none."`
-	StreamMaxMsgs      int64             `name:"stream-max-msgs" env:"OUTBOX_STREAM_MAX_MSGS" default:"0" help:"Message limit of a stream the relay creates; 0 is none."`
-	StreamAllowBatched bool              `name:"stream-allow-batched" env:"OUTBOX_STREAM_ALLOW_BATCHED" help:"Create the stream with allow_batched (nats-server 2.14+), so that --fast-ingest auto publishes in fast-ingest batches; an existing stream keeps its own setting."`
-	StreamDiscard      string            `name:"stream-discard" env:"OUTBOX_STREAM_DISCARD" default:"new" enum:"new,old" help:"What a stream the relay creates does at --stream-max-bytes or --stream-max-msgs: new refuses new events (the relay keeps them until there is room), old removes the oldest (consumers that fall behind lose events)."`
+	StreamReplicas int               `name:"stream-replicas" env:"OUTBOX_STREAM_REPLICAS" default:"1" help:"Replicas of a stream the relay creates: 3 in a JetStream cluster for production (each event then survives the loss of a server)."`
+	StreamStorage  string            `name:"stream-storage" env:"OUTBOX_STREAM_STORAGE" default:"file" enum:"file,memory" help:"Storage of a stream the relay creates: file, or memory (events are lost when NATS restarts, after the relay confirmed them to Postgres: tests and demos only)."`
+	StreamMaxAge   time.Duration     `name:"stream-max-age" env:"OUTBOX_STREAM_MAX_AGE" default:"0" help:"Oldest message a stream the relay creates keeps (e.g. 168h); 0 keeps them until a size or count limit."`
+	StreamMaxBytes contract.ByteSize `name:"stream-max-bytes" env:"OUTBOX_STREAM_MAX_BYTES" default:"0" help:"Size limit of a stream the relay creates (e.g. 10GiB, 500MB); 0 is none."`
+	StreamMaxMsgs  int64             `name:"stream-max-msgs" env:"OUTBOX_STREAM_MAX_MSGS" default:"0" help:"Message limit of a stream the relay creates; 0 is none."`
+	StreamDiscard  string            `name:"stream-discard" env:"OUTBOX_STREAM_DISCARD" default:"new" enum:"new,old" help:"What a stream the relay creates does at --stream-max-bytes or --stream-max-msgs: new refuses new events (the relay keeps them until there is room), old removes the oldest (consumers that fall behind lose events)."`
+
+	// Fast-ingest publishing (run's --fast-ingest) needs it.
+	StreamAllowBatched bool `name:"stream-allow-batched" env:"OUTBOX_STREAM_ALLOW_BATCHED" help:"Create the stream with allow_batched (nats-server 2.14+), so that --fast-ingest auto publishes in fast-ingest batches; an existing stream keeps its own setting."`
 }
 
 // settings are the flags as the jetstream package takes them.
