@@ -27,6 +27,7 @@ type benchCmd struct {
 	Tables          int           `name:"tables" default:"0" help:"Backlog of each of two tables in the several-tables comparison (T1): one relay reading both tables on one slot against two relays reading one each; 0 skips it."`
 	Only            string        `name:"only" help:"Run only these measurements, comma-separated: limits (L1, L2, R1), cold (C1), latency (R2), resources (R3), baseline (R4), tables (T1)."`
 	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
+	FastIngest      bool          `name:"fast-ingest" help:"Create the streams with allow_batched (the relay's --stream-allow-batched), so that the relays publish in fast-ingest batches."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
 	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as one self-contained HTML page to this file (SVG, no script, nothing loaded: it opens offline)."`
@@ -46,7 +47,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Tables: c.Tables, Only: c.Only, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
+		Baseline: c.Baseline, Tables: c.Tables, Only: c.Only, Window: c.Window, FastIngest: c.FastIngest, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

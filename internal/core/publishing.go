@@ -31,6 +31,7 @@ type Publishing struct {
 	// FastIngest, when auto, publishes in fast-ingest batches where the
 	// server and the stream allow it.
 	FastIngest jetstream.FastIngest
+	FastLinger time.Duration // how long a batch stays open with nothing to send
 }
 
 // Validate names the first field that cannot work.
@@ -71,5 +72,6 @@ func (p Publishing) PublisherConfig() jetstream.Config {
 		AckTimeout:        p.AckTimeout,
 		Format:            p.Format,
 		FastIngest:        p.FastIngest,
+		FastLinger:        p.FastLinger,
 	}
 }

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func (p *Publisher) setupFastIngest() error {
 		flow:   max(1, min(DefaultFastFlow, p.cfg.Window/4)),
 		max:    min(fastBatchMax, len(p.ring)),
 		inbox:  p.nc.NewInbox(),
-		linger: DefaultFastLinger,
+		linger: cmp.Or(p.cfg.FastLinger, DefaultFastLinger),
 		tick:   time.NewTicker(time.Hour),
 		ready:  make(chan struct{}, 1),
 	}

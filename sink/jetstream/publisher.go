@@ -85,6 +85,9 @@ type Config struct {
 	// server and Stream allow it (fastingest.go); off (or zero) publishes
 	// every event with its own PubAck.
 	FastIngest FastIngest
+	// FastLinger is how long a fast-ingest batch stays open with nothing
+	// to send before it commits (DefaultFastLinger when zero).
+	FastLinger time.Duration
 }
 
 func (c *Config) setDefaults() {
