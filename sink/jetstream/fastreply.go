@@ -80,7 +80,7 @@ func (p *Publisher) onFastReply(m *nats.Msg) {
 	case r.Type == "err":
 		// The server commits what it stored before r.Seq and skips the
 		// rest: the commit's PubAck confirms the former.
-		p.fastFailLocked(id, r.Seq, fmt.Errorf("%w (%s)", ErrBatchEnded, r.Error.Description), r.Seq, r.Error)
+		p.fastFailLocked(id, r.Seq, batchEnded(r.Error), r.Seq, r.Error)
 	case r.Error != nil:
 		// A refused start, an unknown (abandoned) batch, a stream that no
 		// longer allows batches: this message and any after it.
@@ -88,9 +88,7 @@ func (p *Publisher) onFastReply(m *nats.Msg) {
 			p.fi.off = true
 			p.log.Warn().Err(r.Error).Msg("the stream no longer allows batched publishing: publishing each event with its own PubAck from now on")
 		}
-		// The others' error names the refusal without wrapping it: only
-		// the refused message may go to the dead-letter subject.
-		p.fastFailLocked(id, 0, fmt.Errorf("%w (%s)", ErrBatchEnded, r.Error.Description), bseq, r.Error)
+		p.fastFailLocked(id, 0, batchEnded(r.Error), bseq, r.Error)
 	case r.Batch == "" && r.Stream != "":
 		// An ordinary PubAck: a server (a stream leader) that does not
 		// know fast ingest stored this one message.
@@ -174,4 +172,14 @@ func (p *Publisher) refusedLocked(s *slot, se *ServerError) {
 		p.limitsChanged = true
 	}
 	p.failLocked(se, s)
+}
+
+// batchEnded is the error of a batch's messages the server skipped after
+// refusing another with se (nil: no reason given). It names the refusal
+// without wrapping it: only the refused message may be a dead letter.
+func batchEnded(se *ServerError) error {
+	if se == nil {
+		return ErrBatchEnded
+	}
+	return fmt.Errorf("%w (%s)", ErrBatchEnded, se.Description)
 }
