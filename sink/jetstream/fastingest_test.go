@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"testing"
@@ -33,8 +34,9 @@ func fastPublisher(t *testing.T, e *testEnv, cfg Config) *Publisher {
 	return p
 }
 
-// TestFastIngestInOrder publishes a few batches' worth of events, a dead
-// letter among them, in fast-ingest batches: every one stored once, in
+// TestFastIngestInOrder publishes a few batches' worth of events, two dead
+// letters among them (one known when offered, one found too large when
+// written), in fast-ingest batches: every one stored once, in
 // order, the dead letter on its subject, AckedThrough at the last, and
 // the batches committed (more than one batch went out).
 func TestFastIngestInOrder(t *testing.T) {
@@ -43,12 +45,18 @@ func TestFastIngestInOrder(t *testing.T) {
 	run(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	const n = 3000
-	publishRange(ctx, t, p, 1, n, 1234)
+	const n, big = 3000, 2222
+	publishRange(ctx, t, p, 1, big-1, 1234)
+	// Too large for the server: found a dead letter only when written,
+	// after it was given its place in a batch.
+	if _, err := p.Publish(ctx, event(big, bytes.Repeat([]byte("x"), 2<<20))); err != nil {
+		t.Fatal(err)
+	}
+	publishRange(ctx, t, p, big+1, n)
 	drain(t, p, 10*time.Second)
 	got := ids(e.contents(t))
 	want := wantIDs(1, n)
-	want[1233] = "dead-letter:ev-01234"
+	want[1233], want[big-1] = "dead-letter:ev-01234", "dead-letter:ev-02222"
 	if !slices.Equal(got, want) {
 		t.Fatalf("stream differs from the events offered at %s", firstDiff(got, want))
 	}
@@ -64,8 +72,8 @@ func TestFastIngestInOrder(t *testing.T) {
 	if f := failures(p); f != 0 {
 		t.Fatalf("%v failures publishing to a healthy server", f)
 	}
-	if got := testutil.ToFloat64(p.metrics.Published); got != n-1 {
-		t.Fatalf("published metric %v, want %d", got, n-1)
+	if got := testutil.ToFloat64(p.metrics.Published); got != n-2 {
+		t.Fatalf("published metric %v, want %d", got, n-2)
 	}
 }
 
@@ -125,6 +133,14 @@ func TestFastIngestAbandonedBatch(t *testing.T) {
 	}
 	time.Sleep(3 * batchTimeout)
 	p.sendMu.Unlock()
+	// One more event goes to the abandoned batch (refused), then its
+	// commit, at once (two ticks: the first finds the batch busy): the
+	// events after it must not start a batch of their own before the
+	// answers, or they are stored ahead of it.
+	publishRange(ctx, t, p, stalled+1, stalled+1)
+	p.lingerCommit()
+	p.lingerCommit()
+	stalled++
 	publishRange(ctx, t, p, stalled+1, n)
 	drain(t, p, 10*time.Second)
 	if failures(p) == 0 {
