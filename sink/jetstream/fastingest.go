@@ -226,6 +226,9 @@ func (p *Publisher) lingerCommit() {
 	}
 	fi.open = false
 	fi.pending, fi.pendingLast = true, fi.last
+	// Flow acks may have confirmed the whole batch already: then the next
+	// batch need not wait for this commit's answer, which may be lost.
+	p.fastConfirmedLocked()
 	f := fastSend{id: fi.id, seq: fi.seq + 1, op: fastOpCommitEOB}
 	p.mu.Unlock()
 	fi.tick.Stop()

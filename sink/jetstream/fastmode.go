@@ -73,7 +73,7 @@ func (p *Publisher) setupFastIngest() error {
 		info = p.cfg.Stream.CachedInfo()
 	}
 	if why := fastIngestRefusal(p.cfg.FastIngest, p.nc.ConnectedServerVersion(), info); why != "" {
-		if p.cfg.FastIngest == FastIngestAuto {
+		if p.cfg.FastIngest != "" { // chosen (the relay's flag): say so
 			p.log.Info().Str("publishing", "async").Str("reason", why).Msg("publishing each event with its own PubAck")
 		}
 		return nil
