@@ -85,7 +85,7 @@ func TestFaultFastIngestBatchAbandoned(t *testing.T) {
 	abandoned := 0
 	for attempt := 1; abandoned < 2; attempt++ {
 		if attempt > 8 {
-			t.Fatalf("%d of %d stops landed mid-batch", abandoned, attempt-1)
+			t.Fatalf("%d of %d stops were followed by a recovery: a stop lands mid-batch, and the server refuses the rest of the batch it abandoned", abandoned, attempt-1)
 		}
 		w.WaitTx(t, 30, relaytest.FaultWait)
 		relaytest.InFlight(t, env, relay, 100)
