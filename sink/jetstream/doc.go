@@ -37,6 +37,13 @@
 //     Publisher.deadLetterID), the row's id in Outbox-Event-Id. It settles
 //     like any other message, so the events after it flow on; with
 //     Config.RecordDeadLetter set it settles only once recorded.
+//   - Fast ingest. With Config.FastIngest auto, on nats-server 2.14+ and a
+//     stream with allow_batched, events behind a backlog go out in
+//     fast-ingest batches (fastingest.go): a flow ack or a batch's commit
+//     acknowledges every event of the batch up to the one it names, and
+//     anything unclear (a gap, an error, a lost ack, a reconnect, a batch
+//     the server abandoned) is a failure like any other. A batch starts
+//     only once the one before is acknowledged through its end.
 //   - No room is never a dead letter. A refusal for want of room (a stream
 //     limit with discard new, the account's JetStream quota, a server's
 //     storage) or a clustered stream without a quorum holds the event and
@@ -52,6 +59,8 @@
 //     the duplicate window when the stream could not be read (or
 //     Config.Stream is unset) is stored twice. Deduplicate on Nats-Msg-Id
 //     downstream.
+//   - With fast ingest JetStream drops a copy it holds within the window
+//     without saying so: Metrics.Duplicates does not count it.
 //   - Give the Publisher a connection made with nats.ReconnectBufSize(-1).
 //     A message the client buffered during a reconnect would reach the
 //     stream ahead of the earlier ones recovery republishes.
