@@ -28,6 +28,7 @@ type benchCmd struct {
 	Split           int           `name:"split" default:"0" help:"Backlog of the one-slot against two-slots comparison (S1): one table read by pg_recvlogical through one slot, and through two slots whose publications split it with row filters on a hash of aggregate_id (Postgres 15+), side by side; 0 skips it."`
 	Only            string        `name:"only" help:"Run only these measurements, comma-separated: limits (L1, L2, R1), cold (C1), latency (R2), resources (R3), baseline (R4), tables (T1), split (S1)."`
 	Window          int           `name:"window" default:"${window}" help:"The relay's --window."`
+	FastIngest      bool          `name:"fast-ingest" help:"Create the streams with allow_batched (the relay's --stream-allow-batched), so that the relays publish in fast-ingest batches."`
 	// LatencyFile lets users plot a run: tails are easier to explain over time.
 	LatencyFile string `name:"latency-file" type:"path" help:"Write every latency run's events as CSV (rate, stream sequence, commit and stored times in Unix µs, latency in µs) to this file."`
 	Report      string `name:"report" type:"path" help:"Write the run's charts (drain curves, throughput against pg_recvlogical and JetStream, latency histograms) as one self-contained HTML page to this file (SVG, no script, nothing loaded: it opens offline)."`
@@ -47,7 +48,7 @@ func (c *benchCmd) Run(ctx context.Context) error {
 	}
 	return bench.Run(ctx, bench.Options{
 		PGURL: c.PGURL, NATSURL: c.NATSURL, Events: c.Events, Big: c.Big, Cold: c.Cold, Rates: c.Rates, Duration: c.Duration,
-		Baseline: c.Baseline, Tables: c.Tables, Split: c.Split, Only: c.Only, Window: c.Window, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
+		Baseline: c.Baseline, Tables: c.Tables, Split: c.Split, Only: c.Only, Window: c.Window, FastIngest: c.FastIngest, LatencyFile: c.LatencyFile, HTMLReport: c.Report, JSONReport: c.JSON,
 		Self: self, Out: os.Stdout, Progress: os.Stderr,
 	})
 }

@@ -60,6 +60,8 @@ type relayFlags struct {
 	Failover       bool              `name:"failover" env:"OUTBOX_FAILOVER" help:"Make the slot a failover slot (Postgres 17+; an existing slot is altered): standbys with sync_replication_slots = on keep a copy, so the relay goes on from a promoted standby. Give --pg-url every host and target_session_attrs=read-write; see docs/failover.md."`
 	MaxProcs       int               `name:"max-procs" env:"OUTBOX_MAX_PROCS" default:"1" help:"Go processors (GOMAXPROCS) the relay runs on; its work is one pipeline, and on a shared machine one processor saves the hand-offs between cores; 0 uses every processor."`
 	AtomicTx       bool              `name:"atomic-transactions" env:"OUTBOX_ATOMIC_TRANSACTIONS" help:"Publish the events of each Postgres transaction (up to 1000) as one JetStream atomic batch, stored all or none (nats-server 2.12+, a stream with allow_atomic; a stream the relay creates gets it). Larger transactions go out as ordinary messages marked Outbox-Atomic-Fallback. See docs/guarantees.md."`
+	FastIngest     string            `name:"fast-ingest" env:"OUTBOX_FAST_INGEST" default:"auto" enum:"auto,off" help:"auto publishes in fast-ingest batches (one flow ack per few events) when the server (nats-server 2.14+) and the stream (allow_batched) allow it, and each event with its own PubAck otherwise; off always does the latter."`
+	FastLinger     time.Duration     `name:"fast-ingest-linger" env:"OUTBOX_FAST_INGEST_LINGER" default:"1ms" help:"With fast ingest, how long a batch stays open with nothing to send before the relay commits it (its last events are confirmed then): longer batches cost less per event and delay the confirmation of the last ones; keep it well under the server's batch timeout (10s)."`
 	CPUProfile     string            `name:"cpu-profile" env:"OUTBOX_CPU_PROFILE" help:"Write a Go CPU profile of the whole run to this file ({pid} becomes the process id), for performance work."`
 }
 
@@ -75,6 +77,8 @@ func (f relayFlags) validate() error {
 		return fmt.Errorf("--status-interval %s: use at least 100ms", f.StatusInterval)
 	case f.DrainTimeout < 0:
 		return fmt.Errorf("--drain-timeout %s: must not be negative", f.DrainTimeout)
+	case f.FastLinger < 100*time.Microsecond || f.FastLinger > 5*time.Second:
+		return fmt.Errorf("--fast-ingest-linger %s: use 100µs to 5s", f.FastLinger)
 	case f.MaxProcs < 0:
 		return fmt.Errorf("--max-procs %d: use 1 or more, or 0 for every processor", f.MaxProcs)
 	}
@@ -107,6 +111,7 @@ func (c *runCmd) config() (relay.Config, error) {
 	}
 	cfg.PrimaryURL = c.PrimaryURL
 	cfg.Window, cfg.WindowBytes, cfg.AckTimeout = c.Window, int(c.WindowBytes), c.AckTimeout
+	cfg.FastIngest, cfg.FastLinger = jetstream.FastIngest(c.FastIngest), c.FastLinger
 	cfg.StatusInterval, cfg.DrainTimeout = c.StatusInterval, c.DrainTimeout
 	cfg.Repair, cfg.RepairSince = c.RecreateSlot, c.RepairSince
 	cfg.MessagePrefix = c.MessagePrefix

@@ -21,13 +21,16 @@ type streamFlags struct {
 	StreamMaxBytes contract.ByteSize `name:"stream-max-bytes" env:"OUTBOX_STREAM_MAX_BYTES" default:"0" help:"Size limit of a stream the relay creates (e.g. 10GiB, 500MB); 0 is none."`
 	StreamMaxMsgs  int64             `name:"stream-max-msgs" env:"OUTBOX_STREAM_MAX_MSGS" default:"0" help:"Message limit of a stream the relay creates; 0 is none."`
 	StreamDiscard  string            `name:"stream-discard" env:"OUTBOX_STREAM_DISCARD" default:"new" enum:"new,old" help:"What a stream the relay creates does at --stream-max-bytes or --stream-max-msgs: new refuses new events (the relay keeps them until there is room), old removes the oldest (consumers that fall behind lose events)."`
+
+	// Fast-ingest publishing (run's --fast-ingest) needs it.
+	StreamAllowBatched bool `name:"stream-allow-batched" env:"OUTBOX_STREAM_ALLOW_BATCHED" help:"Create the stream with allow_batched (nats-server 2.14+), so that --fast-ingest auto publishes in fast-ingest batches; an existing stream keeps its own setting."`
 }
 
 // settings are the flags as the jetstream package takes them.
 func (f streamFlags) settings() (jetstream.StreamSettings, error) {
 	s := jetstream.StreamSettings{
 		Replicas: f.StreamReplicas, MaxAge: f.StreamMaxAge, MaxBytes: int64(f.StreamMaxBytes), MaxMsgs: f.StreamMaxMsgs,
-		DiscardOld: f.StreamDiscard == "old",
+		DiscardOld: f.StreamDiscard == "old", AllowBatched: f.StreamAllowBatched,
 	}
 	if f.StreamStorage == "memory" {
 		s.Storage = natsjs.MemoryStorage

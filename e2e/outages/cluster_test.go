@@ -36,7 +36,7 @@ const relayWindow = jssink.DefaultWindow
 func TestFaultClusterLeaderKilled(t *testing.T) {
 	t.Parallel()
 	env := suite.NewEnv(t)
-	cluster, stream := startR3Stream(t, env)
+	cluster, stream := startR3Stream(t, env, relaytest.FastIngest())
 	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
 	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	w, stop := relaytest.Load(t, env)
@@ -61,7 +61,7 @@ func TestFaultClusterLeaderKilled(t *testing.T) {
 func TestFaultClusterLeaderSteppedDown(t *testing.T) {
 	t.Parallel()
 	env := suite.NewEnv(t)
-	_, stream := startR3Stream(t, env)
+	_, stream := startR3Stream(t, env, relaytest.FastIngest())
 	relay := suite.StartRelay(t, env, "--ack-timeout", "2s")
 	relay.WaitLog(relaytest.LogStreaming, relaytest.FaultWait)
 	w, stop := relaytest.Load(t, env)
@@ -110,8 +110,9 @@ func recovered(t *testing.T, env *relaytest.Env, stream jetstream.Stream, before
 }
 
 // startR3Stream starts a 3-node cluster and creates the test's stream on
-// it, replicated three times, with the Env's dedup window.
-func startR3Stream(t *testing.T, env *relaytest.Env) (*relaytest.NATSCluster, jetstream.Stream) {
+// it, replicated three times, with the Env's dedup window, allowing
+// batched publishing when batched is set.
+func startR3Stream(t *testing.T, env *relaytest.Env, batched bool) (*relaytest.NATSCluster, jetstream.Stream) {
 	t.Helper()
 	cluster := relaytest.StartNATSCluster(t, 3)
 	env.UseNATS(cluster.URLs())
@@ -119,7 +120,8 @@ func startR3Stream(t *testing.T, env *relaytest.Env) (*relaytest.NATSCluster, je
 		// The cluster may still be meeting its peers.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
-			Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: env.DuplicateWindow})
+			Replicas: 3, Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: env.DuplicateWindow,
+			AllowBatchPublish: batched})
 		cancel()
 		if err == nil {
 			return cluster, stream

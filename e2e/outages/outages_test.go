@@ -148,7 +148,8 @@ func TestFaultStreamFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: env.Stream, Subjects: []string{"outbox.*.*", env.DeadSubj},
-		MaxMsgs: 200, Discard: jetstream.DiscardNew, Storage: jetstream.FileStorage, Duplicates: env.DuplicateWindow})
+		MaxMsgs: 200, Discard: jetstream.DiscardNew, Storage: jetstream.FileStorage, Duplicates: env.DuplicateWindow,
+		AllowBatchPublish: relaytest.FastIngest()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,10 @@ type Publishing struct {
 	WindowBytes  int           // most payload bytes awaiting PubAcks
 	AckTimeout   time.Duration // before an event is republished
 	DrainTimeout time.Duration // how long shutdown waits for PubAcks
+	// FastIngest, when auto, publishes in fast-ingest batches where the
+	// server and the stream allow it.
+	FastIngest jetstream.FastIngest
+	FastLinger time.Duration // how long a batch stays open with nothing to send
 }
 
 // Validate names the first field that cannot work.
@@ -43,6 +47,9 @@ func (p Publishing) Validate() error {
 		return errors.New("no subject template")
 	case p.DeadLetterSubject == "":
 		return errors.New("no dead-letter subject")
+	}
+	if err := p.FastIngest.Validate(); err != nil {
+		return err
 	}
 	return p.Format.Validate()
 }
@@ -69,5 +76,7 @@ func (p Publishing) PublisherConfig() jetstream.Config {
 		WindowBytes:       p.WindowBytes,
 		AckTimeout:        p.AckTimeout,
 		Format:            p.Format,
+		FastIngest:        p.FastIngest,
+		FastLinger:        p.FastLinger,
 	}
 }

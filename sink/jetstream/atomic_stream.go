@@ -21,20 +21,10 @@ func atomicProblem(nc *nats.Conn, cfg natsjs.StreamConfig, spec StreamSpec) (Str
 		What: fmt.Sprintf("stream %q does not allow atomic publishing (allow_atomic), which --atomic-transactions needs", spec.Name),
 		Fix: fmt.Sprintf("set \"allow_atomic\": true in the stream's configuration (nats stream info %s --json, edit, then nats stream edit %s --config FILE), or run without --atomic-transactions",
 			spec.Name, spec.Name)}
-	if nc != nil && !versionAtLeast(nc.ConnectedServerVersion(), 2, 12) {
+	if nc != nil && !serverAtLeast(nc.ConnectedServerVersion(), 2, 12) {
 		p.What = fmt.Sprintf("NATS server %s has no atomic publishing (2.12 or newer has), which --atomic-transactions needs", nc.ConnectedServerVersion())
 		p.Fix = "upgrade the NATS servers to 2.12 or newer, or run without --atomic-transactions"
 	}
 	return p, true
 }
 
-// versionAtLeast reports whether the server version v ("2.15.2") is at
-// least major.minor; an unreadable one is taken as recent enough (the
-// stream's setting then decides).
-func versionAtLeast(v string, major, minor int) bool {
-	var ma, mi int
-	if n, _ := fmt.Sscanf(v, "%d.%d", &ma, &mi); n < 2 {
-		return true
-	}
-	return ma > major || (ma == major && mi >= minor)
-}

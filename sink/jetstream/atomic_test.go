@@ -372,8 +372,8 @@ func TestAtomicStreamRequired(t *testing.T) {
 	if err != nil || !cfg.AllowAtomicPublish {
 		t.Fatalf("created stream: allow_atomic %v, err %v; want true", cfg.AllowAtomicPublish, err)
 	}
-	if !versionAtLeast(e.nc.ConnectedServerVersion(), 2, 12) || versionAtLeast("2.11.9", 2, 12) || !versionAtLeast("3.0.0", 2, 12) {
-		t.Fatal("versionAtLeast")
+	if !serverAtLeast(e.nc.ConnectedServerVersion(), 2, 12) || serverAtLeast("2.11.9", 2, 12) || !serverAtLeast("3.0.0", 2, 12) {
+		t.Fatal("serverAtLeast")
 	}
 }
 

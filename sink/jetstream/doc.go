@@ -44,6 +44,13 @@
 //     with a dead letter, go out as ordinary messages marked
 //     contract.HeaderAtomicFallback. A batch's commit PubAck settles all
 //     its events; any failure fails them all.
+//   - Fast ingest. With Config.FastIngest auto, on nats-server 2.14+ and a
+//     stream with allow_batched, events behind a backlog go out in
+//     fast-ingest batches (fastingest.go): a flow ack or a batch's commit
+//     acknowledges every event of the batch up to the one it names, and
+//     anything unclear (a gap, an error, a lost ack, a reconnect, a batch
+//     the server abandoned) is a failure like any other. A batch starts
+//     only once the one before is acknowledged through its end.
 //   - No room is never a dead letter. A refusal for want of room (a stream
 //     limit with discard new, the account's JetStream quota, a server's
 //     storage) or a clustered stream without a quorum holds the event and
@@ -59,6 +66,8 @@
 //     the duplicate window when the stream could not be read (or
 //     Config.Stream is unset) is stored twice. Deduplicate on Nats-Msg-Id
 //     downstream.
+//   - With fast ingest JetStream drops a copy it holds within the window
+//     without saying so: Metrics.Duplicates does not count it.
 //   - Give the Publisher a connection made with nats.ReconnectBufSize(-1).
 //     A message the client buffered during a reconnect would reach the
 //     stream ahead of the earlier ones recovery republishes.

@@ -88,6 +88,13 @@ type Config struct {
 	// zero); larger transactions go out as ordinary messages.
 	Atomic      bool
 	AtomicLimit int
+	// FastIngest, when auto (and Atomic is off), publishes in fast-ingest batches if the
+	// server and Stream allow it (fastingest.go); off (or zero) publishes
+	// every event with its own PubAck.
+	FastIngest FastIngest
+	// FastLinger is how long a fast-ingest batch stays open with nothing
+	// to send before it commits (DefaultFastLinger when zero).
+	FastLinger time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -145,8 +152,10 @@ type Publisher struct {
 	sub     *nats.Subscription
 	maxSize int
 	// instance tells this publisher's dead letters of events read from
-	// the table apart from any other's (see deadLetterID).
+	// the table apart from any other's (see deadLetterID), and its
+	// fast-ingest batches.
 	instance string
+	fi       *fastBatch // nil: no fast ingest
 
 	sendMu sync.Mutex // held while writing, so messages leave in sequence order
 	wire   *wireMsg   // guarded by sendMu
@@ -226,6 +235,8 @@ type slot struct {
 	batchStart time.Time // set on the last event of a batch (EndBatch): when the batch started
 	size       int
 	deadLetter string // why the event goes to the dead-letter subject; "" if it does not
+	fiBatch    uint64 // the fast-ingest batch of the last attempt; 0: an ordinary publish
+	fiSeq      uint64 // its place in the batch
 	bare       bool   // the dead letter was refused too: send it without payload
 	span       eventSpan
 
@@ -289,13 +300,17 @@ func NewPublisher(nc *nats.Conn, cfg Config, log zerolog.Logger, metrics *Metric
 		return nil, fmt.Errorf("set PubAck subscription limits: %w", err)
 	}
 	p.sub = sub
+	if err := p.setupFastIngest(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
 	return p, nil
 }
 
 // Close stops receiving PubAcks. The spans of events still unacknowledged
 // end, marked so.
 func (p *Publisher) Close() error {
-	err := p.sub.Unsubscribe()
+	err := errors.Join(p.sub.Unsubscribe(), p.closeFast())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for seq := p.head; seq < p.next; seq++ {
@@ -426,14 +441,20 @@ func (p *Publisher) sendQueued(probe bool) {
 			continue
 		}
 		p.prepareBatchLocked(s)
+		if p.fastWaitLocked(s, probe) { // Run sends it once the batch before is confirmed
+			p.sendNext--
+			p.mu.Unlock()
+			return
+		}
 		s.attempt++
 		s.state, s.sentAt, s.conn = sent, time.Now(), conn
+		fast := p.fastAssignLocked(s, probe)
 		// Copy what the wire needs: once the lock is released a late reply
 		// may settle the slot and the ring may reuse it.
 		seq, attempt, ev, deadLetter, bare, span, mark := s.seq, s.attempt, s.ev, s.deadLetter, s.bare, s.span, s.batch
 		p.mu.Unlock()
 
-		if err := p.write(seq, attempt, &ev, deadLetter, bare, &span, mark); err != nil {
+		if err := p.write(seq, attempt, &ev, deadLetter, bare, &span, mark, fast); err != nil {
 			p.settle(seq, attempt, reply{err: err})
 		}
 		if probe && (!mark.batched() || seq == mark.commit()) {
@@ -506,13 +527,20 @@ func (p *Publisher) reasonFor(w *wireMsg, ev *decode.Event) string {
 // published as it is (a Problem, or too large) goes to the dead-letter
 // subject instead: it is never sent as is. The message carries span's
 // trace context when the event is traced.
-func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool, span *eventSpan, mark batchMark) error {
+func (p *Publisher) write(seq uint64, attempt uint32, ev *decode.Event, deadLetter string, bare bool, span *eventSpan, mark batchMark, fast fastSend) error {
 	replyTo := p.replySubject(seq, attempt)
 	subject := p.subjects.Render(ev)
+	if fast.id != 0 {
+		replyTo = p.fastWriting(fast, subject)
+	}
 	p.wire.traceparent, p.wire.tracestate = span.traceparent, span.tracestate
 	if deadLetter == "" {
 		p.wire.fillEvent(ev, subject, replyTo)
 		if deadLetter = p.deadLetterReason(ev); deadLetter != "" {
+			if fast.id != 0 { // a dead letter goes out on its own
+				p.fastUnassign(seq, fast)
+				replyTo = p.replySubject(seq, attempt)
+			}
 			p.markDeadLetter(seq, deadLetter)
 		} else if p.probeGuard != "" {
 			p.wire.set(natsjs.ExpectedLastSubjSeqHeader, p.probeGuard)
@@ -739,6 +767,7 @@ func (p *Publisher) failLocked(err error, s *slot) {
 	p.metrics.failed(s.ev.EventType)
 	s.span.failed(err)
 	p.lastFailure = err
+	p.fastClosedLocked()
 	if !p.healthy {
 		return
 	}

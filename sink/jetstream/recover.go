@@ -30,6 +30,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.connectionChanged()
 		case <-tick.C:
 			p.expire(time.Now())
+		case <-p.fastTick():
+			p.lingerCommit()
+		case <-p.fastReady():
+			p.sendQueued(false)
 		case <-p.wake:
 		}
 		p.recordDeadLetters(ctx)

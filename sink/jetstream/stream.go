@@ -52,6 +52,10 @@ type StreamSettings struct {
 	// DiscardOld removes the oldest messages at the limits instead of
 	// refusing new ones (consumers that fall behind lose events).
 	DiscardOld bool
+	// AllowBatched creates the stream with allow_batched (nats-server
+	// 2.14+), so that a Publisher with FastIngestAuto publishes in
+	// fast-ingest batches.
+	AllowBatched bool
 }
 
 // ErrStreamConfig marks a stream that exists but cannot be used as it is.
@@ -196,6 +200,7 @@ func (spec StreamSpec) Config() natsjs.StreamConfig {
 		MaxMsgs:     cmp.Or(spec.MaxMsgs, -1),
 
 		AllowAtomicPublish: spec.Atomic,
+		AllowBatchPublish:  spec.AllowBatched,
 	}
 }
 

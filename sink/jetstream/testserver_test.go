@@ -42,9 +42,14 @@ type testEnv struct {
 	stream natsjs.Stream
 }
 
-func newTestEnv(t *testing.T, cfg natsjs.StreamConfig) *testEnv {
+func newTestEnv(t *testing.T, cfg natsjs.StreamConfig, server ...devenv.NATSOptions) *testEnv {
 	t.Helper()
-	srv, err := devenv.StartNATS(devenv.NATSOptions{StoreDir: t.TempDir()})
+	opts := devenv.NATSOptions{}
+	if len(server) > 0 {
+		opts = server[0]
+	}
+	opts.StoreDir = t.TempDir()
+	srv, err := devenv.StartNATS(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,9 @@ type Options struct {
 	Only string
 	// Window is the relay's --window.
 	Window int
+	// FastIngest creates the scenarios' streams with allow_batched, so
+	// that the relays publish in fast-ingest batches.
+	FastIngest bool
 	// LatencyFile, when set, receives every latency run's events as CSV.
 	LatencyFile string
 	// HTMLReport, when set, receives the run's charts as an HTML page:

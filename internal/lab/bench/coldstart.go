@@ -143,7 +143,7 @@ func (b *bench) coldDrain(ctx context.Context, sc scenario, end pglogrepl.LSN, r
 	natsBefore, natsKnown := b.natsStat()
 	logFile := filepath.Join(b.dir, "relay-"+sc.name+".log")
 	started := time.Now()
-	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), logFile)
+	relay, err := startChild(b.cfg.Self, b.relayArgs(sc), logFile)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func (b *bench) drain(ctx context.Context, sc scenario, n int, end pglogrepl.LSN
 	}
 	before := count()
 	natsBefore, natsKnown := b.natsStat()
-	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), filepath.Join(b.dir, "relay-"+sc.name+".log"))
+	relay, err := startChild(b.cfg.Self, b.relayArgs(sc), filepath.Join(b.dir, "relay-"+sc.name+".log"))
 	if err != nil {
 		return drainResult{}, err
 	}

@@ -33,7 +33,7 @@ type latencyResult struct {
 // and measures, per event, the time from its commit to its storage in the
 // stream, both on this machine's clock.
 func (b *bench) latency(ctx context.Context, sc scenario, rate float64, d time.Duration) (latencyResult, error) {
-	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), filepath.Join(b.dir, "relay-"+sc.name+".log"))
+	relay, err := startChild(b.cfg.Self, b.relayArgs(sc), filepath.Join(b.dir, "relay-"+sc.name+".log"))
 	if err != nil {
 		return latencyResult{}, err
 	}

@@ -130,7 +130,7 @@ func (b *bench) pollRelay(ctx context.Context, sc scenario) (pollResult, error) 
 	}
 	r := pollResult{key: "r4.source_poll", mode: "outbox-relay --source poll (batches of 500, PubAcks pipelined)", events: n}
 	started := time.Now()
-	relay, err := startChild(b.cfg.Self, append(sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), "--source", "poll"), b.dir+"/relay-"+sc.name+"-poll.log")
+	relay, err := startChild(b.cfg.Self, append(b.relayArgs(sc), "--source", "poll"), b.dir+"/relay-"+sc.name+"-poll.log")
 	if err != nil {
 		return r, err
 	}

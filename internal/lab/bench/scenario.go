@@ -57,6 +57,15 @@ func (s scenario) relayArgs(pgURL, natsURL string, window int) []string {
 	return args
 }
 
+// relayArgs are the flags that run the relay on sc in this benchmark.
+func (b *bench) relayArgs(sc scenario) []string {
+	args := sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window)
+	if b.cfg.FastIngest {
+		args = append(args, "--stream-allow-batched")
+	}
+	return args
+}
+
 // prepare creates the scenario's table (through the migrations, like a
 // user would) and the procedure that fills it.
 func (s scenario) prepare(ctx context.Context, pool *pgxpool.Pool) error {

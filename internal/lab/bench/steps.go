@@ -102,7 +102,7 @@ func (b *bench) backlog(ctx context.Context, sc scenario, n, perTxn int, readers
 // backlogWith is backlog with the rows that fill writes.
 func (b *bench) backlogWith(ctx context.Context, sc scenario, n, perTxn int, fill func() (pglogrepl.LSN, error), readers ...string) (pglogrepl.LSN, error) {
 	// One short run creates the relay's slot, as a first start would.
-	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), b.dir+"/relay-"+sc.name+"-init.log")
+	relay, err := startChild(b.cfg.Self, b.relayArgs(sc), b.dir+"/relay-"+sc.name+"-init.log")
 	if err != nil {
 		return 0, err
 	}

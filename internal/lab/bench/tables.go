@@ -97,7 +97,7 @@ func (b *bench) tables(ctx context.Context) error {
 // start would.
 func (b *bench) firstRun(ctx context.Context, sc scenario) error {
 	file := filepath.Join(b.dir, "relay-"+sc.name+"-init.log")
-	relay, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), file)
+	relay, err := startChild(b.cfg.Self, b.relayArgs(sc), file)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (b *bench) drainTogether(ctx context.Context, label string, scs []scenario,
 	}
 	defer stopAll()
 	for _, sc := range scs {
-		c, err := startChild(b.cfg.Self, sc.relayArgs(b.pgURL, b.natsURL, b.cfg.Window), filepath.Join(b.dir, "relay-"+sc.name+".log"))
+		c, err := startChild(b.cfg.Self, b.relayArgs(sc), filepath.Join(b.dir, "relay-"+sc.name+".log"))
 		if err != nil {
 			return r, err
 		}

@@ -20,6 +20,9 @@ type NATSOptions struct {
 	MaxPayload int32
 	// SyncAlways fsyncs every write before acknowledging it.
 	SyncAlways bool
+	// BatchTimeout overrides how long the server keeps a batch without a
+	// message (jetstream max_batch_timeout; 10 s by default).
+	BatchTimeout time.Duration
 }
 
 // ServerOptions are the server's settings: JetStream on 127.0.0.1, no
@@ -37,6 +40,8 @@ func (o NATSOptions) ServerOptions() *server.Options {
 		SyncAlways: o.SyncAlways,
 		NoLog:      true,
 		NoSigs:     true,
+
+		JetStreamLimits: server.JSLimitOpts{MaxBatchTimeout: o.BatchTimeout},
 	}
 }
 

@@ -267,6 +267,9 @@ func (e *Env) RelayArgs() []string {
 	if e.DuplicateWindow > 0 {
 		args = append(args, "--duplicate-window", e.DuplicateWindow.String())
 	}
+	if FastIngest() {
+		args = append(args, "--stream-allow-batched")
+	}
 	return args
 }
 

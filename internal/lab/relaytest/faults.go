@@ -67,6 +67,7 @@ func Settle(t testing.TB, env *Env, relay *Relay, w *Workload, x Expect) Result 
 	if n, err := relay.Metric(DuplicateAcksMetric); err != nil || n != 0 {
 		t.Errorf("%s = %v (%v): JetStream dropped publishes of events it already held; the relay promises none", DuplicateAcksMetric, n, err)
 	}
+	requireFastIngest(t, relay)
 	relay.Drain(30 * time.Second)
 	x.Workload = w
 	res := env.CheckWith(x)

@@ -39,7 +39,7 @@ func (n *Nemesis) startNATS() {
 	cfg := jetstream.StreamConfig{
 		Name: n.env.Stream, Subjects: []string{n.env.subjectFilter(), n.env.DeadSubj},
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
-		Duplicates: DuplicateWindow, Replicas: natsNodes,
+		Duplicates: DuplicateWindow, Replicas: natsNodes, AllowBatchPublish: FastIngest(),
 	}
 	for deadline := time.Now().Add(FaultWait); ; time.Sleep(200 * time.Millisecond) {
 		// The cluster may still be meeting its peers.
