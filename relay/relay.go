@@ -115,6 +115,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		Failover:       cfg.Failover,
 		StatusInterval: cfg.StatusInterval,
 		DrainTimeout:   cfg.DrainTimeout,
+		HeldToCommit:   r.cfg.AtomicTransactions,
 		BeforeSession:  st.beforeSession(pipe),
 		Stopped:        st.stopped(pipe),
 	}, pool, log.With().Str("component", "replication").Logger(), replMetrics)

@@ -27,7 +27,9 @@ import "time"
 // at the next status update (at most wal_sender_timeout/2 away, so a
 // reply the walsender asks for is never late: the relay sends its status
 // on its own clock anyway). A change smaller than the mark (an emitted
-// message with a tiny content) waits for the linger, never longer.
+// message with a tiny content) waits for the linger, never longer. A sink
+// that holds events until their COMMIT (atomic transactions:
+// Config.HeldToCommit) would be held with it, so the mark stays off then.
 //
 // The session's end (finish) sets the mark back to one byte: the
 // walsender's answer to the final status update is a keepalive.

@@ -262,7 +262,7 @@ func (s *session) apply(ctx context.Context, xld pglogrepl.XLogData) error {
 		s.metrics.Events.Inc()
 		return s.offer(ctx, &m.Event)
 	case decode.KindCommit:
-		if !s.committed {
+		if !s.committed && !s.cfg.HeldToCommit {
 			s.co.goLive() // livemark.go
 		}
 		s.committed = true

@@ -73,6 +73,11 @@ type Config struct {
 	// Failover makes the slot a failover slot (Postgres 17+) before each
 	// session, when it is not one yet (see SlotOptions.Failover).
 	Failover bool
+	// HeldToCommit says the sink holds each transaction's events until its
+	// COMMIT (atomic batches of whole transactions): the COMMIT is then
+	// read as it arrives, never left under the live mark (livemark.go),
+	// which would hold the events with it for up to its linger.
+	HeldToCommit bool
 	// DrainTimeout bounds how long shutdown waits for in-flight publishes
 	// before the final status update (DefaultDrainTimeout when zero).
 	DrainTimeout time.Duration

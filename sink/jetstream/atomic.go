@@ -140,19 +140,22 @@ func (p *Publisher) batchHeaders(seq uint64, attempt uint32, mark batchMark, dea
 		return
 	}
 	a.lastWritten, a.lastMark = seq, mark
-	h := p.wire.msg.Header
+	// Headers go through set and del, never the map itself: the wire
+	// message keeps its header block's size as they change (wireknown.go),
+	// and that size decides what is too large to publish.
+	w := p.wire
 	if deadLetter || !mark.batched() {
-		delete(h, headerBatchID)
-		delete(h, headerBatchSeq)
-		delete(h, headerBatchCommit)
+		w.del(headerBatchID)
+		w.del(headerBatchSeq)
+		w.del(headerBatchCommit)
 		if mark.fallback != "" {
-			p.wire.set(contract.HeaderAtomicFallback, mark.fallback)
+			w.set(contract.HeaderAtomicFallback, mark.fallback)
 		} else {
-			delete(h, contract.HeaderAtomicFallback)
+			w.del(contract.HeaderAtomicFallback)
 		}
 		return
 	}
-	delete(h, contract.HeaderAtomicFallback)
+	w.del(contract.HeaderAtomicFallback)
 	if seq == mark.first {
 		a.batchID = p.instance + "." + strconv.FormatUint(seq, 10) + "." + strconv.FormatUint(uint64(attempt), 10)
 	}
@@ -162,7 +165,7 @@ func (p *Publisher) batchHeaders(seq uint64, attempt uint32, mark batchMark, dea
 		p.wire.set(headerBatchCommit, "1")
 		return
 	}
-	delete(h, headerBatchCommit)
+	w.del(headerBatchCommit)
 	p.wire.msg.Reply = ""
 }
 

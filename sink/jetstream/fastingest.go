@@ -100,6 +100,10 @@ type fastBatch struct {
 type fastSend struct {
 	id, seq uint64
 	op      int
+	// prevLast is the batch's last message before this one: fastUnassign
+	// puts it back, so that a commit never names a message that left the
+	// batch.
+	prevLast uint64
 }
 
 // fastOrdinary reports whether slot s goes out as an ordinary publish:
@@ -143,6 +147,7 @@ func (p *Publisher) fastAssignLocked(s *slot, probe bool) fastSend {
 		fi.tick.Reset(fi.linger / 2)
 	}
 	fi.seq++
+	prevLast := fi.last
 	fi.last = s.seq
 	if fi.seq >= uint64(fi.max) {
 		op, fi.open = fastOpCommit, false
@@ -150,7 +155,7 @@ func (p *Publisher) fastAssignLocked(s *slot, probe bool) fastSend {
 	}
 	fi.busy = true
 	s.fiBatch, s.fiSeq = fi.id, fi.seq
-	return fastSend{id: fi.id, seq: fi.seq, op: op}
+	return fastSend{id: fi.id, seq: fi.seq, op: op, prevLast: prevLast}
 }
 
 // fastUnassign takes back the batch place given to seq, which write found
@@ -164,6 +169,7 @@ func (p *Publisher) fastUnassign(seq uint64, f fastSend) {
 	}
 	if p.fi.id == f.id && p.fi.seq == f.seq {
 		p.fi.seq--
+		p.fi.last = f.prevLast
 		if f.op == fastOpCommit {
 			p.fi.open, p.fi.pending = true, false // the next message commits it
 		}

@@ -191,3 +191,30 @@ func TestFastIngestNeedsTheStream(t *testing.T) {
 		}
 	}
 }
+
+// A message that write finds to be a dead letter leaves its batch: the
+// batch's last message is again the one before it, so a linger commit
+// waits for that one's confirmation, not the dead letter's (which has a
+// PubAck of its own and may settle first, letting the next batch start
+// while this one's tail is unconfirmed). Fails when fastUnassign leaves
+// fastBatch.last on the dead letter.
+func TestFastUnassignRestoresTheLast(t *testing.T) {
+	p := &Publisher{fi: &fastBatch{max: fastBatchMax, linger: time.Hour, tick: time.NewTicker(time.Hour)}, ring: make([]slot, 64), mask: 63, head: 1}
+	defer p.fi.tick.Stop()
+	var sends []fastSend
+	for seq := uint64(1); seq <= fastMinBacklog+3; seq++ {
+		s := &p.ring[seq&p.mask]
+		*s = slot{seq: seq}
+		p.next = seq + 1
+		sends = append(sends, p.fastAssignLocked(s, false))
+	}
+	lastSent := sends[len(sends)-1]
+	if lastSent.id == 0 {
+		t.Fatalf("the last message went out as an ordinary publish, want it in a batch")
+	}
+	deadSeq := p.fi.last
+	p.fastUnassign(deadSeq, lastSent)
+	if want := deadSeq - 1; p.fi.last != want {
+		t.Fatalf("after the dead letter %d left its batch, the batch's last message is %d, want %d", deadSeq, p.fi.last, want)
+	}
+}

@@ -80,3 +80,26 @@ func headerSize(h nats.Header) int {
 	}
 	return n
 }
+
+// The atomic batch headers change through the wire message's set and
+// del, so its kept size stays the map's across thousands of batches,
+// fallbacks and ordinary messages between them. Fails when batchHeaders
+// deletes from the map itself: the kept size then grows by each deleted
+// header, until every event is too large to publish (after about 3,000
+// two-event batches).
+func TestBatchHeadersKeepTheSize(t *testing.T) {
+	p := &Publisher{wire: newWireMsg(), atomic: &atomicTx{}, instance: "test"}
+	seq := uint64(1)
+	for round := range 5000 {
+		marks := []batchMark{{first: seq, n: 2}, {first: seq, n: 2}, {first: seq + 2, n: 1}, {first: seq + 3, fallback: "larger than the limit"}}
+		for i, mark := range marks {
+			ev := event(int(seq)+i, nil)
+			p.wire.fillEvent(ev, "outbox.order.created", "_INBOX.x.1.1")
+			p.batchHeaders(seq+uint64(i), 1, mark, round%7 == 0 && i == 3)
+			if got, want := p.wire.headerBytes(), headerSize(p.wire.msg.Header); got != want {
+				t.Fatalf("round %d, message %d: kept header size %d, the map's %d", round, i, got, want)
+			}
+		}
+		seq += uint64(len(marks))
+	}
+}
