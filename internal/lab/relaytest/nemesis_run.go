@@ -170,6 +170,7 @@ func (n *Nemesis) Run() NemesisResult {
 	start := time.Now()
 	first := n.startRelay(0)
 	first.r.WaitLog("streaming from the slot", time.Minute)
+	requireFastIngest(n.t, first.r) // with FastIngestEnv, the run tests batches
 	if _, err := n.env.Pool.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS nemesis_bulk (n BIGINT, pad TEXT)`); err != nil {
 		n.fatalf("create the bulk table: %v", err)
 	}
