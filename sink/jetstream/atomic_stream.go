@@ -27,4 +27,3 @@ func atomicProblem(nc *nats.Conn, cfg natsjs.StreamConfig, spec StreamSpec) (Str
 	}
 	return p, true
 }
-
